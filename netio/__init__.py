@@ -1,0 +1,14 @@
+"""netio: RDMA/RoCEv2 network IO, capture analysis, telemetry and performance models."""
+
+from netio.errors import CaptureError, CaptureWarning, DecodeError, EncodeError, NetioError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CaptureError",
+    "CaptureWarning",
+    "DecodeError",
+    "EncodeError",
+    "NetioError",
+    "__version__",
+]
