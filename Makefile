@@ -1,0 +1,33 @@
+# The two entry points of README.md. Both create or reuse the local virtualenv
+# (.venv), install netio (building its C extension) and its dependencies.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.netio-installed
+DEMO_DIR ?= out/demo
+SOURCES := pyproject.toml CMakeLists.txt $(wildcard native/*.c native/*.h) netio/_ffi_build.py
+
+.PHONY: demo test lint install clean
+
+install: $(STAMP)
+
+$(STAMP): $(SOURCES)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "scikit-build-core>=0.10" "cffi>=1.16"
+	$(PY) -m pip install -q --no-build-isolation -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/netio scenario --preset demo $(DEMO_DIR)
+	$(VENV)/bin/netio-analyze $(DEMO_DIR)/*.pcap; test $$? -le 1 || true
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check netio tests bench tools
+	$(VENV)/bin/mypy --strict netio
+
+test: lint
+	$(PY) -m pytest
+
+clean:
+	rm -rf build out $(VENV)

@@ -1,0 +1,33 @@
+"""``netio``: the umbrella command. Each subcommand lives in its own module
+under ``netio.cli`` and exposes ``register(subparsers)``; the handler it sets
+as ``func`` returns the process exit code."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# (subcommand module, one-line help). Modules are imported only when listed
+# here, so a subcommand's heavy imports cost nothing to the others.
+SUBCOMMANDS: tuple[str, ...] = ("decode", "scenario")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="netio", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        module = importlib.import_module(f"netio.cli.{name}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
