@@ -138,26 +138,20 @@ class Damage(Exception):
     detects, None for damage only the Python SHB/IDB parsers see.
     """
 
-    def __init__(self, reason: str, status: ScanStatus | None = None) -> None:
+    def __init__(self, reason: str, status: ScanStatus | None = None, *,
+                 block_type: int | None = None, value: int = 0, limit: int = 0) -> None:
         super().__init__(reason)
         self.reason = reason
         self.status = status
+        self.block_type = block_type
+        self.value = value
+        self.limit = limit
 
     @classmethod
     def of(cls, status: ScanStatus, *, block_type: int | None, value: int, limit: int) -> Damage:
-        return cls(damage_reason(status, block_type=block_type, value=value, limit=limit), status)
+        reason = damage_reason(status, block_type=block_type, value=value, limit=limit)
+        return cls(reason, status, block_type=block_type, value=value, limit=limit)
 
     def at(self, *, path: str | None, record_index: int, byte_offset: int) -> CaptureError:
         return CaptureError(self.reason, path=path, record_index=record_index,
                             byte_offset=byte_offset)
-
-
-def damage_error(
-    status: ScanStatus, *, path: str | None, record_index: int, byte_offset: int,
-    block_type: int | None, value: int, limit: int,
-) -> CaptureError:
-    """The CaptureError for damage found at ``byte_offset`` (start of the record or block)."""
-    return CaptureError(
-        damage_reason(status, block_type=block_type, value=value, limit=limit),
-        path=path, record_index=record_index, byte_offset=byte_offset,
-    )

@@ -97,12 +97,17 @@ class PcapHeader:
 
     @property
     def record_struct(self) -> struct.Struct:
-        return _RECORD_BE if self.big_endian else _RECORD_LE
+        return record_struct(self.big_endian)
 
     @property
     def ts_unit_ns(self) -> int:
         """Nanoseconds per unit of the records' fractional-second field."""
         return 1 if self.nanosecond else 1000
+
+
+def record_struct(big_endian: bool) -> struct.Struct:
+    """The record header layout (ts_s, ts_frac, caplen, orig_len) in a byte order."""
+    return _RECORD_BE if big_endian else _RECORD_LE
 
 
 def read_record(src: Source, record: struct.Struct,

@@ -7,7 +7,11 @@ a pipe (no seeking is needed).
 
 from __future__ import annotations
 
+import mmap
 from typing import BinaryIO
+
+#: A capture already in memory: bytes, or the read-only mmap of a file.
+Buffer = bytes | bytearray | memoryview | mmap.mmap
 
 #: How much the source reads from the file at a time.
 CHUNK_BYTES = 1 << 20
@@ -58,3 +62,22 @@ class ByteSource:
             parts.append(data)
             have += len(data)
         self._buf = b"".join(parts)
+
+
+class MemorySource:
+    """The ``ByteSource`` interface over a buffer already in memory (an mmap)."""
+
+    __slots__ = ("_buf", "_pos")
+
+    def __init__(self, buf: Buffer, offset: int = 0) -> None:
+        self._buf = memoryview(buf).cast("B")
+        self._pos = offset
+
+    @property
+    def offset(self) -> int:
+        return self._pos
+
+    def read(self, n: int) -> bytes:
+        data = bytes(self._buf[self._pos:self._pos + n])
+        self._pos += len(data)
+        return data
