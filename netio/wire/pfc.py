@@ -78,9 +78,13 @@ class PauseFrame:
     def pause_s(self, link_bps: float) -> float:
         return quanta_to_s(self.quanta, link_bps)
 
+    def encode_unpadded(self) -> bytes:
+        """Opcode and pause time (4 bytes)."""
+        return _PAUSE.pack(MacControlOpcode.PAUSE, self.quanta)
+
     def encode(self) -> bytes:
         """The MAC Control payload after the EtherType, padded to 46 bytes."""
-        return _pad(_PAUSE.pack(MacControlOpcode.PAUSE, self.quanta))
+        return _pad(self.encode_unpadded())
 
     @classmethod
     def decode(cls, buf: bytes | bytearray | memoryview, offset: int = 0) -> Self:
@@ -133,9 +137,13 @@ class PfcFrame:
         """Pause time this frame asks of ``priority`` (0 if its bit is clear)."""
         return quanta_to_s(self.quanta[priority], link_bps) if self.enabled(priority) else 0.0
 
+    def encode_unpadded(self) -> bytes:
+        """Opcode, class-enable vector and the eight pause times (20 bytes)."""
+        return _PFC.pack(MacControlOpcode.PFC, self.class_enable_vector, *self.quanta)
+
     def encode(self) -> bytes:
         """The MAC Control payload after the EtherType, padded to 46 bytes."""
-        return _pad(_PFC.pack(MacControlOpcode.PFC, self.class_enable_vector, *self.quanta))
+        return _pad(self.encode_unpadded())
 
     @classmethod
     def decode(cls, buf: bytes | bytearray | memoryview, offset: int = 0) -> Self:
@@ -162,20 +170,27 @@ def decode_mac_control(buf: bytes | bytearray | memoryview,
     return None
 
 
-def _l2(src_mac: bytes, vlan: Vlan | None) -> bytes:
-    check_mac("PFC", "src_mac", src_mac)
+#: Frames shorter than this (without FCS) are padded to it (IEEE 802.3 minFrameSize).
+MIN_FRAME_BYTES = 60
+
+
+def _frame(src_mac: bytes, vlan: Vlan | None, body: bytes) -> bytes:
+    check_mac("MAC Control", "src_mac", src_mac)
     if vlan is None:
-        return Ethernet(PAUSE_DST_MAC, src_mac, EtherType.MAC_CONTROL).encode()
-    tag = Vlan(vlan.pcp, vlan.dei, vlan.vid, EtherType.MAC_CONTROL)
-    return Ethernet(PAUSE_DST_MAC, src_mac, EtherType.VLAN).encode() + tag.encode()
+        head = Ethernet(PAUSE_DST_MAC, src_mac, EtherType.MAC_CONTROL).encode()
+    else:
+        tag = Vlan(vlan.pcp, vlan.dei, vlan.vid, EtherType.MAC_CONTROL)
+        head = Ethernet(PAUSE_DST_MAC, src_mac, EtherType.VLAN).encode() + tag.encode()
+    frame = head + body
+    return frame + bytes(max(0, MIN_FRAME_BYTES - len(frame)))
 
 
 def build_pfc_frame(src_mac: bytes, class_enable_vector: int, quanta: tuple[int, ...],
                     vlan: Vlan | None = None) -> bytes:
-    """A whole 802.1Qbb PFC Ethernet frame (60 bytes untagged, no FCS)."""
-    return _l2(src_mac, vlan) + PfcFrame(class_enable_vector, tuple(quanta)).encode()
+    """A whole 802.1Qbb PFC Ethernet frame, zero-padded to 60 bytes (no FCS)."""
+    return _frame(src_mac, vlan, PfcFrame(class_enable_vector, tuple(quanta)).encode_unpadded())
 
 
 def build_pause_frame(src_mac: bytes, quanta: int, vlan: Vlan | None = None) -> bytes:
-    """A whole 802.3x PAUSE Ethernet frame (60 bytes untagged, no FCS)."""
-    return _l2(src_mac, vlan) + PauseFrame(quanta).encode()
+    """A whole 802.3x PAUSE Ethernet frame, zero-padded to 60 bytes (no FCS)."""
+    return _frame(src_mac, vlan, PauseFrame(quanta).encode_unpadded())
