@@ -1,0 +1,139 @@
+"""The column layout every analysis consumes: one numpy array per extracted field.
+
+A capture is turned into ``PacketColumns`` chunk by chunk, either by the
+native extractor (``native/analyze_extract.c``) or by the pure-Python
+reference (``netio.analyze.extract.extract_reference``, built on
+``netio.wire.packet.decode_frame``). The analyses never see frame bytes, so
+their memory is bounded by the chunk size plus their own carried state.
+
+Field semantics (one row per captured record):
+
+- ``ts_ns``: capture time, int64 ns since the epoch.
+- ``kind``: ``Kind`` (RoCEv2, PFC, 802.3x PAUSE, other, malformed RoCE).
+- ``flags``: ``Flag`` bits (BTH FECN/BECN/AckReq, VLAN present, ICRC checked/ok,
+  truncated by the snap length, IPv6).
+- ``pcp``/``vlan``: outermost 802.1Q priority and VLAN id (0 when untagged).
+- ``ecn``: IP ECN codepoint (``netio.wire.ip.Ecn``).
+- ``src_mac``/``dst_mac``: the 48-bit MACs as integers.
+- ``src_ip``/``dst_ip``: IPv4 addresses as integers; for IPv6 the XOR of the four
+  32-bit words (flagged ``IPV6``; flows stay distinct in practice, the report
+  names the fold as an assumption when IPv6 is present).
+- ``opcode``, ``dest_qp``, ``psn``: BTH fields (IBTA vol 1 §9.2).
+- ``syndrome``/``msn``: AETH (§9.3.5), valid when the opcode carries an AETH.
+- ``reth_len``: RETH DMA length (§9.3.3), valid on RDMA WRITE FIRST/ONLY and READ REQUEST.
+- ``payload_bytes``: RoCE payload on the wire (from the original length, so a
+  snap-length-truncated capture still counts its bytes); pad and ICRC excluded.
+- ``frame_bytes``: the frame's length on the wire (original length).
+- ``pfc_cev``/``quanta``: PFC class-enable vector and the 8 pause quanta (IEEE
+  802.1Qbb §36.1.3); for 802.3x PAUSE ``pfc_cev`` is 0 and ``quanta[:, 0]`` holds
+  the single pause time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum, IntFlag
+
+import numpy as np
+import numpy.typing as npt
+
+
+class Kind(IntEnum):
+    """What a captured record is, as far as the analyses care."""
+
+    OTHER = 0  # not RoCEv2, not MAC control: counted, otherwise ignored
+    ROCE = 1  # RoCEv2 (UDP 4791) with a decodable BTH
+    PFC = 2  # IEEE 802.1Qbb priority flow control frame
+    PAUSE = 3  # IEEE 802.3x (Annex 31B) link-level PAUSE frame
+    MALFORMED = 4  # UDP 4791 or MAC control that failed to decode
+
+
+class Flag(IntFlag):
+    """Per-packet bits in the ``flags`` column."""
+
+    FECN = 0x01
+    BECN = 0x02
+    ACK_REQ = 0x04
+    VLAN = 0x08
+    ICRC_CHECKED = 0x10  # the whole frame was captured, so the ICRC could be checked
+    ICRC_OK = 0x20
+    TRUNCATED = 0x40  # caplen < orig_len
+    IPV6 = 0x80
+
+
+#: (name, dtype) of every 1-D column, in the order of the native struct.
+COLUMN_DTYPES: tuple[tuple[str, type[np.generic]], ...] = (
+    ("ts_ns", np.int64),
+    ("src_mac", np.uint64),
+    ("dst_mac", np.uint64),
+    ("src_ip", np.uint32),
+    ("dst_ip", np.uint32),
+    ("dest_qp", np.uint32),
+    ("psn", np.uint32),
+    ("msn", np.uint32),
+    ("reth_len", np.uint32),
+    ("payload_bytes", np.uint32),
+    ("frame_bytes", np.uint32),
+    ("vlan", np.uint16),
+    ("kind", np.uint8),
+    ("flags", np.uint8),
+    ("pcp", np.uint8),
+    ("ecn", np.uint8),
+    ("opcode", np.uint8),
+    ("syndrome", np.uint8),
+    ("pfc_cev", np.uint8),
+)
+
+COLUMN_NAMES: tuple[str, ...] = (*(name for name, _ in COLUMN_DTYPES), "quanta")
+
+
+@dataclass(slots=True)
+class PacketColumns:
+    """One chunk of extracted packets (mutable arrays, immutable shape)."""
+
+    ts_ns: npt.NDArray[np.int64]
+    src_mac: npt.NDArray[np.uint64]
+    dst_mac: npt.NDArray[np.uint64]
+    src_ip: npt.NDArray[np.uint32]
+    dst_ip: npt.NDArray[np.uint32]
+    dest_qp: npt.NDArray[np.uint32]
+    psn: npt.NDArray[np.uint32]
+    msn: npt.NDArray[np.uint32]
+    reth_len: npt.NDArray[np.uint32]
+    payload_bytes: npt.NDArray[np.uint32]
+    frame_bytes: npt.NDArray[np.uint32]
+    vlan: npt.NDArray[np.uint16]
+    kind: npt.NDArray[np.uint8]
+    flags: npt.NDArray[np.uint8]
+    pcp: npt.NDArray[np.uint8]
+    ecn: npt.NDArray[np.uint8]
+    opcode: npt.NDArray[np.uint8]
+    syndrome: npt.NDArray[np.uint8]
+    pfc_cev: npt.NDArray[np.uint8]
+    quanta: npt.NDArray[np.uint16]  # shape (n, 8)
+
+    @classmethod
+    def empty(cls, n: int) -> PacketColumns:
+        """Zero-filled columns for ``n`` packets."""
+        arrays = {name: np.zeros(n, dtype=dt) for name, dt in COLUMN_DTYPES}
+        return cls(quanta=np.zeros((n, 8), dtype=np.uint16), **arrays)
+
+    def __len__(self) -> int:
+        return int(self.ts_ns.shape[0])
+
+    def take(self, index: npt.NDArray[np.intp] | npt.NDArray[np.bool_] | slice) -> PacketColumns:
+        """The rows selected by ``index`` (a mask, indices or a slice)."""
+        arrays = {name: getattr(self, name)[index] for name in COLUMN_NAMES}
+        return PacketColumns(**arrays)
+
+    @classmethod
+    def concat(cls, parts: list[PacketColumns]) -> PacketColumns:
+        if not parts:
+            return cls.empty(0)
+        arrays = {name: np.concatenate([getattr(p, name) for p in parts]) for name in COLUMN_NAMES}
+        return cls(**arrays)
+
+    def equals(self, other: PacketColumns) -> list[str]:
+        """Names of the columns that differ (empty when identical)."""
+        return [name for name in COLUMN_NAMES
+                if not np.array_equal(getattr(self, name), getattr(other, name))]

@@ -1,0 +1,758 @@
+"""Scenario generator: realistic RoCEv2 + PFC captures with their exact expected analysis.
+
+A scenario (JSON/TOML file, a dict, or a built-in preset) describes capture
+ports (one pcap file each), RC flows observed at one or more ports, PFC/PAUSE
+episodes, XON storms, ECN marking with CNP replies, losses with NAK and go-back-N
+retransmission, RNR NAKs, bad ICRCs and PSN wrap. ``generate`` writes
+``<port>.pcap`` per port and ``truth.json``: what ``netio-analyze --json`` must
+report for the same files, computed from the generator's own intent (which
+packets it dropped, marked, paused) rather than by parsing its output.
+
+Model (stated so the truth is unambiguous):
+
+- A flow is an RC QP pair A→B. Requests go A→B; ACKs, NAKs, read responses and
+  CNPs go B→A. Each capture port sits on one link of the flow's path; all of a
+  flow's hops see the same packets, shifted by the hop's ``delay_s``.
+- Write/send flows send ``messages`` messages of ``message_bytes`` split in
+  ``pmtu`` packets, one packet every ``pmtu*8/rate_bps`` seconds; the responder
+  ACKs each message (the LAST/ONLY packet carries AckReq) ``ack_delay_s`` after
+  it was accepted. Read flows send one READ REQUEST per message; the responses
+  follow ``read_delay_s`` later at line rate.
+- ``drops``: request packet indices lost upstream of every capture port. The
+  responder NAKs (PSN sequence error) on the next packet; the requester, which
+  hears the NAK ``owd_s`` later, goes back N and resends everything from the
+  lost packet at line rate. ``rnr``: packet indices the responder answers with an
+  RNR NAK (timer ``rnr_timer_code``); the requester resends from there after the
+  RNR delay. Events must be far enough apart not to overlap.
+- ``ce``: windows where every ``every``-th data packet is CE-marked; the
+  notification point answers with a CNP ``cnp_delay_s`` later, at most one per
+  ``cnp_interval_s`` per QP (DCQCN's 50 µs rule when left at its default).
+- Pauses: the port's ``src_mac`` sends XOFF with ``quanta`` every ``refresh_s``
+  from ``start_s`` for ``duration_s`` and, when ``xon``, an XON at the end.
+  Flows whose hop on that port is addressed to the pausing MAC, at a paused
+  priority, transmit nothing while paused and then drain at line rate.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from ipaddress import IPv4Address
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from netio.analyze.columns import Flag, Kind
+from netio.analyze.units import format_mac_int, mac_to_int, parse_bitrate, parse_duration
+from netio.errors import NetioError
+from netio.wire.bth import PSN_MODULUS, Opcode
+from netio.wire.ext import AckType, NakCode, rnr_timer_ns
+from netio.wire.pfc import BITS_PER_QUANTUM
+
+I64 = npt.NDArray[np.int64]
+
+#: Bytes of a tagged RoCEv2 frame around the payload: Ethernet 14 + VLAN 4 +
+#: IPv4 20 + UDP 8 + BTH 12 + ICRC 4 (extension headers come on top).
+ROCE_OVERHEAD_BYTES = 62
+#: Seconds since the epoch where every generated capture starts (a fixed date
+#: keeps the outputs reproducible).
+DEFAULT_EPOCH_NS = 1_700_000_000_000_000_000
+
+
+class ScenarioError(NetioError, ValueError):
+    """A scenario description is invalid (unknown key, bad value, overlapping events)."""
+
+
+# --------------------------------------------------------------------------- spec
+
+
+@dataclass(frozen=True, slots=True)
+class PortSpec:
+    name: str
+    link_bps: int = 100_000_000_000
+    snaplen: int = 65535
+
+
+@dataclass(frozen=True, slots=True)
+class HopSpec:
+    """Where a flow is observed: its capture port and the MACs on that link."""
+
+    port: str
+    src_mac: int  # of the request direction on this link
+    dst_mac: int
+    delay_ns: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CeWindow:
+    from_ns: int
+    to_ns: int
+    every: int
+
+
+@dataclass(frozen=True, slots=True)
+class FlowSpec:
+    name: str
+    src_ip: int
+    dst_ip: int
+    src_qp: int
+    dst_qp: int
+    op: str
+    message_bytes: int
+    messages: int
+    hops: tuple[HopSpec, ...]
+    pmtu: int = 1024
+    rate_bps: int = 1_000_000_000
+    start_ns: int = 0
+    start_psn: int = 0
+    priority: int = 3
+    vlan: int = 100
+    ack_delay_ns: int = 4_000
+    owd_ns: int = 1_000
+    read_delay_ns: int = 6_000
+    ce: tuple[CeWindow, ...] = ()
+    cnp_delay_ns: int = 3_000
+    cnp_interval_ns: int = 50_000
+    drops: tuple[int, ...] = ()
+    rnr: tuple[int, ...] = ()
+    rnr_timer_code: int = 1
+    bad_icrc: tuple[int, ...] = ()
+    src_port: int = 49152
+
+
+@dataclass(frozen=True, slots=True)
+class PauseSpec:
+    port: str
+    src_mac: int
+    start_ns: int
+    duration_ns: int
+    quanta: int = 0xFFFF
+    refresh_ns: int = 100_000
+    xon: bool = True
+    priorities: tuple[int, ...] | None = (3,)  # None: 802.3x link-level PAUSE
+    vlan: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class XonStormSpec:
+    port: str
+    src_mac: int
+    priority: int
+    start_ns: int
+    duration_ns: int
+    interval_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    ports: tuple[PortSpec, ...]
+    flows: tuple[FlowSpec, ...]
+    pauses: tuple[PauseSpec, ...] = ()
+    xon_storms: tuple[XonStormSpec, ...] = ()
+    epoch_ns: int = DEFAULT_EPOCH_NS
+    story: str = ""
+
+    def port(self, name: str) -> PortSpec:
+        for p in self.ports:
+            if p.name == name:
+                return p
+        raise ScenarioError(f"unknown port {name!r}")
+
+
+# ----------------------------------------------------------------- spec parsing
+
+
+def _keys(obj: Mapping[str, Any], where: str, required: set[str], optional: set[str]) -> None:
+    if not isinstance(obj, Mapping):
+        raise ScenarioError(f"{where}: expected an object, got {type(obj).__name__}")
+    missing = required - obj.keys()
+    unknown = obj.keys() - required - optional
+    if missing:
+        raise ScenarioError(f"{where}: missing {', '.join(sorted(missing))}")
+    if unknown:
+        raise ScenarioError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+
+
+def _ns(value: Any, where: str) -> int:
+    try:
+        return round(parse_duration(value) * 1e9) if isinstance(value, str) else round(
+            float(value) * 1e9)
+    except (TypeError, ValueError) as exc:
+        raise ScenarioError(f"{where}: {exc}") from None
+
+
+def _int(value: Any, where: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ScenarioError(f"{where}: {value!r} is not an integer in {lo}..{hi}")
+    return value
+
+
+def _mac(value: Any, where: str) -> int:
+    try:
+        return mac_to_int(value)
+    except (TypeError, ValueError) as exc:
+        raise ScenarioError(f"{where}: {exc}") from None
+
+
+def _ip(value: Any, where: str) -> int:
+    try:
+        return int(IPv4Address(value))
+    except ValueError as exc:
+        raise ScenarioError(f"{where}: {exc}") from None
+
+
+def _bps(value: Any, where: str) -> int:
+    try:
+        return parse_bitrate(value) if isinstance(value, str) else int(value)
+    except (TypeError, ValueError) as exc:
+        raise ScenarioError(f"{where}: {exc}") from None
+
+
+_FLOW_OPTIONAL = {"pmtu", "rate", "start", "start_psn", "priority", "vlan", "ack_delay", "owd",
+                  "read_delay", "ce", "cnp_delay", "cnp_interval", "drops", "rnr",
+                  "rnr_timer_code", "bad_icrc", "src_port"}
+
+
+def scenario_from_dict(doc: Mapping[str, Any]) -> Scenario:
+    """Validate a scenario document (see the module docstring and ``PRESETS``)."""
+    _keys(doc, "scenario", {"name", "ports", "flows"}, {"pauses", "xon_storms", "story", "epoch_ns"})
+    ports = []
+    for i, p in enumerate(doc["ports"]):
+        w = f"ports[{i}]"
+        _keys(p, w, {"name"}, {"link_speed", "snaplen"})
+        ports.append(PortSpec(str(p["name"]), _bps(p.get("link_speed", "100G"), w),
+                              _int(p.get("snaplen", 65535), w + ".snaplen", 64, 262144)))
+    names = {p.name for p in ports}
+    if len(names) != len(ports):
+        raise ScenarioError("ports: names must be unique")
+    flows = []
+    for i, f in enumerate(doc["flows"]):
+        w = f"flows[{i}]"
+        _keys(f, w, {"name", "src_ip", "dst_ip", "src_qp", "dst_qp", "op", "message_bytes",
+                     "messages", "hops"}, _FLOW_OPTIONAL)
+        if f["op"] not in ("write", "send", "read"):
+            raise ScenarioError(f"{w}.op: {f['op']!r} is not write, send or read")
+        hops = []
+        for j, h in enumerate(f["hops"]):
+            hw = f"{w}.hops[{j}]"
+            _keys(h, hw, {"port", "src_mac", "dst_mac"}, {"delay"})
+            if h["port"] not in names:
+                raise ScenarioError(f"{hw}.port: unknown port {h['port']!r}")
+            hops.append(HopSpec(h["port"], _mac(h["src_mac"], hw), _mac(h["dst_mac"], hw),
+                                _ns(h.get("delay", 0), hw + ".delay")))
+        ce = []
+        for j, c in enumerate(f.get("ce", ())):
+            cw = f"{w}.ce[{j}]"
+            _keys(c, cw, {"from", "to", "every"}, set())
+            ce.append(CeWindow(_ns(c["from"], cw), _ns(c["to"], cw),
+                               _int(c["every"], cw + ".every", 1, 1 << 30)))
+        pmtu = _int(f.get("pmtu", 1024), w + ".pmtu", 256, 4096)
+        flow = FlowSpec(
+            name=str(f["name"]), src_ip=_ip(f["src_ip"], w), dst_ip=_ip(f["dst_ip"], w),
+            src_qp=_int(f["src_qp"], w + ".src_qp", 2, 0xFFFFFF),
+            dst_qp=_int(f["dst_qp"], w + ".dst_qp", 2, 0xFFFFFF), op=f["op"],
+            message_bytes=_int(f["message_bytes"], w + ".message_bytes", 1, 1 << 30),
+            messages=_int(f["messages"], w + ".messages", 1, 1 << 31), hops=tuple(hops),
+            pmtu=pmtu, rate_bps=_bps(f.get("rate", "1G"), w + ".rate"),
+            start_ns=_ns(f.get("start", 0), w + ".start"),
+            start_psn=_int(f.get("start_psn", 0), w + ".start_psn", 0, PSN_MODULUS - 1),
+            priority=_int(f.get("priority", 3), w + ".priority", 0, 7),
+            vlan=_int(f.get("vlan", 100), w + ".vlan", 0, 4094),
+            ack_delay_ns=_ns(f.get("ack_delay", 4e-6), w + ".ack_delay"),
+            owd_ns=_ns(f.get("owd", 1e-6), w + ".owd"),
+            read_delay_ns=_ns(f.get("read_delay", 6e-6), w + ".read_delay"),
+            ce=tuple(ce), cnp_delay_ns=_ns(f.get("cnp_delay", 3e-6), w + ".cnp_delay"),
+            cnp_interval_ns=_ns(f.get("cnp_interval", 50e-6), w + ".cnp_interval"),
+            drops=tuple(sorted(_int(k, w + ".drops", 0, 1 << 40) for k in f.get("drops", ()))),
+            rnr=tuple(sorted(_int(k, w + ".rnr", 0, 1 << 40) for k in f.get("rnr", ()))),
+            rnr_timer_code=_int(f.get("rnr_timer_code", 1), w + ".rnr_timer_code", 0, 31),
+            bad_icrc=tuple(sorted(_int(k, w + ".bad_icrc", 0, 1 << 40)
+                                  for k in f.get("bad_icrc", ()))),
+            src_port=_int(f.get("src_port", 49152 + i), w + ".src_port", 1, 65535),
+        )
+        if flow.op == "read" and (flow.drops or flow.rnr):
+            raise ScenarioError(f"{w}: drops and rnr are modelled for write/send flows only")
+        flows.append(flow)
+    pauses = []
+    for i, p in enumerate(doc.get("pauses", ())):
+        w = f"pauses[{i}]"
+        _keys(p, w, {"port", "src_mac", "start", "duration"},
+              {"quanta", "refresh", "xon", "priorities", "vlan", "kind"})
+        if p["port"] not in names:
+            raise ScenarioError(f"{w}.port: unknown port {p['port']!r}")
+        kind = p.get("kind", "pfc")
+        if kind not in ("pfc", "pause"):
+            raise ScenarioError(f"{w}.kind: {kind!r} is not pfc or pause")
+        prios = None if kind == "pause" else tuple(
+            _int(x, w + ".priorities", 0, 7) for x in p.get("priorities", (3,)))
+        vlan = p.get("vlan")
+        pauses.append(PauseSpec(
+            p["port"], _mac(p["src_mac"], w), _ns(p["start"], w + ".start"),
+            _ns(p["duration"], w + ".duration"), _int(p.get("quanta", 0xFFFF), w + ".quanta", 1,
+                                                      0xFFFF),
+            _ns(p.get("refresh", 100e-6), w + ".refresh"), bool(p.get("xon", True)), prios,
+            None if vlan is None else _int(vlan, w + ".vlan", 0, 4094)))
+    storms = []
+    for i, s in enumerate(doc.get("xon_storms", ())):
+        w = f"xon_storms[{i}]"
+        _keys(s, w, {"port", "src_mac", "priority", "start", "duration", "interval"}, set())
+        storms.append(XonStormSpec(s["port"], _mac(s["src_mac"], w),
+                                   _int(s["priority"], w, 0, 7), _ns(s["start"], w),
+                                   _ns(s["duration"], w), _ns(s["interval"], w)))
+    return Scenario(str(doc["name"]), tuple(ports), tuple(flows), tuple(pauses), tuple(storms),
+                    int(doc.get("epoch_ns", DEFAULT_EPOCH_NS)), str(doc.get("story", "")))
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """A scenario from a ``.json`` or ``.toml`` file."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+        doc = tomllib.loads(raw.decode()) if p.suffix == ".toml" else json.loads(raw)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ScenarioError(f"{p}: {exc}") from None
+    return scenario_from_dict(doc)
+
+
+# ---------------------------------------------------------------------- packets
+
+#: Columns of the generator's packet tables (one row per packet on one link).
+_ROW_FIELDS: tuple[tuple[str, type[np.generic]], ...] = (
+    ("ts_ns", np.int64), ("kind", np.uint8), ("flow", np.int32), ("dir", np.uint8),
+    ("opcode", np.uint8), ("psn", np.uint32), ("ack_req", np.bool_), ("ecn", np.uint8),
+    ("becn", np.bool_), ("syndrome", np.uint8), ("msn", np.uint32), ("payload", np.uint32),
+    ("reth_len", np.uint32), ("bad_icrc", np.bool_), ("src_mac", np.uint64), ("dst_mac", np.uint64),
+    ("pfc_cev", np.uint8), ("q0", np.uint16), ("prio_q", np.uint8), ("vlan", np.int32),
+)
+
+
+@dataclass(slots=True)
+class Rows:
+    """A growable table of generated packets (column arrays)."""
+
+    cols: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
+
+    @classmethod
+    def make(cls, n: int, **values: Any) -> Rows:
+        cols: dict[str, npt.NDArray[Any]] = {}
+        for name, dt in _ROW_FIELDS:
+            v = values.get(name, 0)
+            cols[name] = np.broadcast_to(np.asarray(v, dtype=dt), (n,)).copy()
+        return cls(cols)
+
+    @classmethod
+    def concat(cls, parts: Sequence[Rows]) -> Rows:
+        if not parts:
+            return cls.make(0)
+        return cls({name: np.concatenate([p.cols[name] for p in parts]) for name, _ in
+                    _ROW_FIELDS})
+
+    def __len__(self) -> int:
+        return int(self.cols["ts_ns"].shape[0])
+
+    def sorted(self) -> Rows:
+        order = np.argsort(self.cols["ts_ns"], kind="stable")
+        return Rows({k: v[order] for k, v in self.cols.items()})
+
+
+def _drain(ts: I64, ser_ns: int, floor_ns: int | None = None) -> I64:
+    """Queue recursion t'_i = max(t_i, t'_{i-1} + ser) done with one accumulate.
+
+    (t'_i - i*ser is the running maximum of t_i - i*ser.)
+    """
+    if ts.size == 0:
+        return ts
+    steps = np.arange(ts.size, dtype=np.int64) * ser_ns
+    u = ts - steps
+    if floor_ns is not None:
+        u[0] = max(int(u[0]), floor_ns)
+    return np.maximum.accumulate(u) + steps
+
+
+def _defer(ts: I64, paused: Sequence[tuple[int, int]], ser_ns: int) -> I64:
+    """Packets due while paused leave at the end of the pause, then drain at line rate."""
+    out = ts.copy()
+    for a, b in paused:
+        inside = (out >= a) & (out < b)
+        out[inside] = b
+    return _drain(out, ser_ns)
+
+
+@dataclass(slots=True)
+class FlowTruth:
+    """What the generator knows about one flow (direction A→B)."""
+
+    packets_fwd: int = 0
+    packets_rev: int = 0
+    bytes_fwd: int = 0
+    payload_fwd: int = 0
+    goodput_fwd: int = 0
+    payload_rev: int = 0
+    messages: int = 0
+    psn_gaps: int = 0
+    psn_gap_packets: int = 0
+    duplicates: int = 0
+    out_of_order: int = 0
+    retransmitted: int = 0
+    requests: int = 0
+    naks: dict[str, int] = field(default_factory=dict)
+    rnr_naks: int = 0
+    rnr_timer_s: list[float] = field(default_factory=list)
+    ack_latency_ns: list[int] = field(default_factory=list)
+    read_latency_ns: list[int] = field(default_factory=list)
+    ce_packets: int = 0
+    cnps: int = 0
+    cnp_reaction_ns: list[int] = field(default_factory=list)
+    cnp_violations: int = 0
+    icrc_failures: int = 0
+    opcodes: dict[str, int] = field(default_factory=dict)
+    rev_opcodes: dict[str, int] = field(default_factory=dict)
+
+
+_WRITE_OPS = (Opcode.RC_RDMA_WRITE_FIRST, Opcode.RC_RDMA_WRITE_MIDDLE, Opcode.RC_RDMA_WRITE_LAST,
+              Opcode.RC_RDMA_WRITE_ONLY)
+_SEND_OPS = (Opcode.RC_SEND_FIRST, Opcode.RC_SEND_MIDDLE, Opcode.RC_SEND_LAST,
+             Opcode.RC_SEND_ONLY)
+_READ_RESP = (Opcode.RC_RDMA_READ_RESPONSE_FIRST, Opcode.RC_RDMA_READ_RESPONSE_MIDDLE,
+              Opcode.RC_RDMA_READ_RESPONSE_LAST, Opcode.RC_RDMA_READ_RESPONSE_ONLY)
+_ACK_SYNDROME = (int(AckType.ACK) << 5) | 31  # ACK, credits invalid
+_NAK_SEQ = (int(AckType.NAK) << 5) | int(NakCode.PSN_SEQUENCE_ERROR)
+_ECT0 = 2
+_CE = 3
+
+
+def _positions(n_msgs: int, per_msg: int, ops: Sequence[int]) -> tuple[
+        npt.NDArray[np.uint8], npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    """Opcodes, first-of-message and last-of-message flags for n_msgs*per_msg packets."""
+    pos = np.tile(np.arange(per_msg, dtype=np.int64), n_msgs)
+    if per_msg == 1:
+        opc = np.full(pos.size, ops[3], dtype=np.uint8)
+    else:
+        opc = np.full(pos.size, ops[1], dtype=np.uint8)
+        opc[pos == 0] = ops[0]
+        opc[pos == per_msg - 1] = ops[2]
+    return opc, pos == 0, pos == per_msg - 1
+
+
+def _payloads(n_msgs: int, per_msg: int, message_bytes: int, pmtu: int) -> npt.NDArray[np.uint32]:
+    pay = np.full(n_msgs * per_msg, pmtu, dtype=np.uint32)
+    pay[per_msg - 1::per_msg] = message_bytes - (per_msg - 1) * pmtu
+    return pay
+
+
+def _ce_mask(ts: I64, windows: Sequence[CeWindow], t0: int) -> npt.NDArray[np.bool_]:
+    mask = np.zeros(ts.size, dtype=np.bool_)
+    for w in windows:
+        inside = np.nonzero((ts >= t0 + w.from_ns) & (ts < t0 + w.to_ns))[0]
+        mask[inside[:: w.every]] = True
+    return mask
+
+
+def _cnps(ce_ts: I64, flow: FlowSpec, truth: FlowTruth) -> I64:
+    """CNP times the notification point sends for CE arrivals ``ce_ts`` (sorted)."""
+    out: list[int] = []
+    last = -(1 << 62)
+    first_unanswered: int | None = None
+    for t in ce_ts.tolist():
+        if first_unanswered is None:
+            first_unanswered = t
+        if t >= last + flow.cnp_interval_ns:
+            c = t + flow.cnp_delay_ns
+            if out and c - out[-1] < 50_000:
+                truth.cnp_violations += 1
+            out.append(c)
+            truth.cnp_reaction_ns.append(c - first_unanswered)
+            first_unanswered = None
+            last = t
+    truth.ce_packets += int(ce_ts.size)
+    truth.cnps += len(out)
+    return np.asarray(out, dtype=np.int64)
+
+
+def _wire_bytes(payload: int, ext: int = 0) -> int:
+    pad = (-payload) % 4
+    return ROCE_OVERHEAD_BYTES + ext + payload + pad
+
+
+def _flow_rows(flow: FlowSpec, fidx: int, t0: int, paused: Sequence[tuple[int, int]],
+               link_bps: int) -> tuple[Rows, FlowTruth]:
+    """All packets of one flow on its (first) link, with the truth about them."""
+    truth = FlowTruth()
+    per_msg = max(1, -(-flow.message_bytes // flow.pmtu))
+    ser_ns = max(1, round(_wire_bytes(flow.pmtu) * 8e9 / link_bps))
+    start = t0 + flow.start_ns
+    if flow.op == "read":
+        return _read_rows(flow, fidx, start, per_msg, ser_ns, paused, truth)
+    n = flow.messages * per_msg
+    gap_ns = max(ser_ns, round(flow.pmtu * 8e9 / flow.rate_bps))
+    ops = _WRITE_OPS if flow.op == "write" else _SEND_OPS
+    opc, first, last = _positions(flow.messages, per_msg, ops)
+    pay = _payloads(flow.messages, per_msg, flow.message_bytes, flow.pmtu)
+    t = _defer(start + np.arange(n, dtype=np.int64) * gap_ns, paused, ser_ns)
+    psn_rel = np.arange(n, dtype=np.int64)
+    msg_of = psn_rel // per_msg
+    # Accepted arrival time of each packet at the responder (= capture time).
+    accepted = t.copy()
+    captured_first = np.ones(n, dtype=np.bool_)
+    retx_parts: list[tuple[int, int, I64]] = []  # (k, j, times)
+    naks: list[tuple[int, int, int, int]] = []  # (ts, syndrome, psn_rel, msn)
+    events = sorted([(k, "drop") for k in flow.drops] + [(k, "rnr") for k in flow.rnr])
+    prev_end = -1
+    for k, what in events:
+        if k <= prev_end + 1 or k >= n - 1:
+            raise ScenarioError(f"flow {flow.name}: event at packet {k} overlaps another or "
+                                "is at the end of the flow")
+        done_msgs = int(np.count_nonzero(last[:k]))
+        if what == "drop":
+            captured_first[k] = False
+            nak_ts = int(t[k + 1]) + flow.ack_delay_ns
+            naks.append((nak_ts, _NAK_SEQ, k, done_msgs))
+            restart = nak_ts + 2 * flow.owd_ns
+        else:
+            code = flow.rnr_timer_code
+            nak_ts = int(t[k]) + flow.ack_delay_ns
+            naks.append((nak_ts, (int(AckType.RNR_NAK) << 5) | code, k, done_msgs))
+            truth.rnr_naks += 1
+            truth.rnr_timer_s.append(rnr_timer_ns(code) / 1e9)
+            restart = nak_ts + 2 * flow.owd_ns + rnr_timer_ns(code)
+        j = int(np.searchsorted(t, nak_ts + 2 * flow.owd_ns, side="right")) - 1
+        j = max(j, k + 1 if what == "drop" else k)
+        rt = restart + np.arange(j - k + 1, dtype=np.int64) * ser_ns
+        retx_parts.append((k, j, rt))
+        accepted[k:j + 1] = rt
+        if what == "drop":
+            truth.psn_gaps += 1
+            truth.psn_gap_packets += 1
+            truth.out_of_order += 1
+            truth.duplicates += j - k
+        else:
+            truth.duplicates += j - k + 1
+        truth.retransmitted += j - k + 1
+        if j + 1 < n:
+            t[j + 1:] = _drain(t[j + 1:], ser_ns, int(rt[-1]) + ser_ns)
+            accepted[j + 1:] = t[j + 1:]
+        prev_end = j
+    # ECN on first transmissions that reach the capture.
+    ce = _ce_mask(t, flow.ce, t0) & captured_first
+    ecn = np.where(ce, _CE, _ECT0).astype(np.uint8)
+    psn = ((flow.start_psn + psn_rel) % PSN_MODULUS).astype(np.uint32)
+    reth = np.where(first & (flow.op == "write"), flow.message_bytes, 0).astype(np.uint32)
+    parts = [Rows.make(int(captured_first.sum()), ts_ns=t[captured_first], kind=Kind.ROCE,
+                       flow=fidx, dir=0, opcode=opc[captured_first], psn=psn[captured_first],
+                       ack_req=last[captured_first], ecn=ecn[captured_first],
+                       payload=pay[captured_first], reth_len=reth[captured_first])]
+    for k, j, rt in retx_parts:
+        sl = slice(k, j + 1)
+        parts.append(Rows.make(j - k + 1, ts_ns=rt, kind=Kind.ROCE, flow=fidx, dir=0,
+                               opcode=opc[sl], psn=psn[sl], ack_req=last[sl], ecn=_ECT0,
+                               payload=pay[sl], reth_len=reth[sl]))
+    # ACK per message, when its last packet was accepted.
+    last_idx = np.nonzero(last)[0]
+    ack_ts = accepted[last_idx] + flow.ack_delay_ns
+    parts.append(Rows.make(last_idx.size, ts_ns=ack_ts, kind=Kind.ROCE, flow=fidx, dir=1,
+                           opcode=Opcode.RC_ACKNOWLEDGE, psn=psn[last_idx], ecn=_ECT0,
+                           syndrome=_ACK_SYNDROME,
+                           msn=((msg_of[last_idx] + 1) % PSN_MODULUS).astype(np.uint32)))
+    first_seen = np.where(captured_first, t, accepted)  # ts of first captured copy
+    truth.ack_latency_ns.extend((ack_ts - first_seen[last_idx]).tolist())
+    for nak_ts, syn, k, msn in naks:
+        parts.append(Rows.make(1, ts_ns=nak_ts, kind=Kind.ROCE, flow=fidx, dir=1,
+                               opcode=Opcode.RC_ACKNOWLEDGE, psn=psn[k], ecn=_ECT0, syndrome=syn,
+                               msn=msn % PSN_MODULUS))
+        if syn == _NAK_SEQ:
+            truth.naks["PSN_SEQUENCE_ERROR"] = truth.naks.get("PSN_SEQUENCE_ERROR", 0) + 1
+    cnp_ts = _cnps(t[ce], flow, truth)
+    parts.append(Rows.make(cnp_ts.size, ts_ns=cnp_ts, kind=Kind.ROCE, flow=fidx, dir=1,
+                           opcode=Opcode.CNP, psn=0, ecn=0, becn=True))
+    rows = Rows.concat(parts).sorted()
+    truth.messages = flow.messages
+    truth.requests = n - len(flow.drops) + truth.retransmitted
+    _mark_bad_icrc(rows, flow, truth)
+    return rows, truth
+
+
+def _read_rows(flow: FlowSpec, fidx: int, start: int, per_msg: int, ser_ns: int,
+               paused: Sequence[tuple[int, int]], truth: FlowTruth) -> tuple[Rows, FlowTruth]:
+    m = flow.messages
+    msg_gap = max(ser_ns * per_msg, round(flow.message_bytes * 8e9 / flow.rate_bps))
+    req_ts = _defer(start + np.arange(m, dtype=np.int64) * msg_gap, paused, ser_ns)
+    req_psn_rel = np.arange(m, dtype=np.int64) * per_msg
+    psn_of = lambda rel: ((flow.start_psn + rel) % PSN_MODULUS).astype(np.uint32)  # noqa: E731
+    parts = [Rows.make(m, ts_ns=req_ts, kind=Kind.ROCE, flow=fidx, dir=0,
+                       opcode=Opcode.RC_RDMA_READ_REQUEST, psn=psn_of(req_psn_rel),
+                       ack_req=True, ecn=_ECT0, reth_len=flow.message_bytes)]
+    opc, first, last = _positions(m, per_msg, _READ_RESP)
+    pay = _payloads(m, per_msg, flow.message_bytes, flow.pmtu)
+    idx = np.arange(m * per_msg, dtype=np.int64)
+    msg_of = idx // per_msg
+    resp_ts = _drain(req_ts[msg_of] + flow.read_delay_ns + (idx % per_msg) * ser_ns, ser_ns)
+    has_aeth = first | last
+    ce = _ce_mask(resp_ts, flow.ce, start - flow.start_ns)
+    parts.append(Rows.make(idx.size, ts_ns=resp_ts, kind=Kind.ROCE, flow=fidx, dir=1,
+                           opcode=opc, psn=psn_of(idx), ecn=np.where(ce, _CE, _ECT0),
+                           syndrome=np.where(has_aeth, _ACK_SYNDROME, 0),
+                           msn=np.where(has_aeth, (msg_of + 1) % PSN_MODULUS, 0),
+                           payload=pay))
+    truth.read_latency_ns.extend((resp_ts[first] - req_ts).tolist())
+    # CNPs for CE-marked responses go from the requester (A, the NP) to B's QP.
+    cnp_ts = _cnps(resp_ts[ce], flow, truth)
+    parts.append(Rows.make(cnp_ts.size, ts_ns=cnp_ts, kind=Kind.ROCE, flow=fidx, dir=0,
+                           opcode=Opcode.CNP, psn=0, ecn=0, becn=True))
+    rows = Rows.concat(parts).sorted()
+    truth.messages = m
+    truth.requests = m
+    _mark_bad_icrc(rows, flow, truth)
+    return rows, truth
+
+
+def _mark_bad_icrc(rows: Rows, flow: FlowSpec, truth: FlowTruth) -> None:
+    fwd = np.nonzero(rows.cols["dir"] == 0)[0]
+    for k in flow.bad_icrc:
+        if k >= fwd.size:
+            raise ScenarioError(f"flow {flow.name}: bad_icrc index {k} beyond its packets")
+        rows.cols["bad_icrc"][fwd[k]] = True
+    truth.icrc_failures = len(flow.bad_icrc)
+
+
+# ------------------------------------------------------------------ pause frames
+
+
+def pause_intervals(frames: Sequence[tuple[int, int]], link_bps: int) -> list[tuple[int, int]]:
+    """Paused intervals (ns) of one queue from its (ts_ns, quanta) frames in time order.
+
+    Plain sequential statement of IEEE 802.1Qbb §36.1.3.2 / 802.3 Annex 31B:
+    each frame restarts the pause timer (quanta 0 ends the pause at once).
+    """
+    out: list[tuple[int, int]] = []
+    start: int | None = None
+    end = 0
+    for ts, q in frames:
+        d = (q * BITS_PER_QUANTUM * 1_000_000_000 + link_bps // 2) // link_bps
+        if start is not None and ts >= end:  # the timer ran out before this frame
+            out.append((start, end))
+            start = None
+        if start is not None:  # still paused: this frame restarts the timer
+            end = ts + d
+            if d == 0:
+                out.append((start, end))
+                start = None
+        elif d > 0:
+            start, end = ts, ts + d
+    if start is not None:
+        out.append((start, end))
+    return out
+
+
+def _pause_frames(p: PauseSpec, t0: int) -> list[tuple[int, int]]:
+    a = t0 + p.start_ns
+    ts = list(range(a, a + p.duration_ns, max(1, p.refresh_ns)))
+    frames = [(t, p.quanta) for t in ts]
+    if p.xon:
+        frames.append((a + p.duration_ns, 0))
+    return frames
+
+
+def _pause_rows(p: PauseSpec, frames: Sequence[tuple[int, int]]) -> Rows:
+    ts = np.array([f[0] for f in frames], dtype=np.int64)
+    q = np.array([f[1] for f in frames], dtype=np.uint16)
+    if p.priorities is None:
+        return Rows.make(ts.size, ts_ns=ts, kind=Kind.PAUSE, src_mac=p.src_mac, q0=q, flow=-1,
+                         vlan=-1 if p.vlan is None else p.vlan)
+    cev = sum(1 << x for x in p.priorities)
+    return Rows.make(ts.size, ts_ns=ts, kind=Kind.PFC, src_mac=p.src_mac, q0=q, pfc_cev=cev,
+                     prio_q=cev, flow=-1, vlan=-1 if p.vlan is None else p.vlan)
+
+
+# ---------------------------------------------------------------------- generate
+
+
+@dataclass(frozen=True, slots=True)
+class Generated:
+    """What ``generate`` wrote."""
+
+    captures: tuple[Path, ...]
+    truth_path: Path | None
+    packets: int
+
+
+def build(scenario: Scenario) -> tuple[dict[str, Rows], dict[str, Any]]:
+    """Per-port packet tables and the ground-truth document."""
+    t0 = scenario.epoch_ns
+    link = {p.name: p.link_bps for p in scenario.ports}
+    pause_frames = [_pause_frames(p, t0) for p in scenario.pauses]
+    # Paused intervals per (port, pausing MAC, priority).
+    paused_by: dict[tuple[str, int, int], list[tuple[int, int]]] = {}
+    for p, frames in zip(scenario.pauses, pause_frames, strict=True):
+        ivs = pause_intervals(frames, link[p.port])
+        for prio in (p.priorities if p.priorities is not None else range(8)):
+            paused_by.setdefault((p.port, p.src_mac, prio), []).extend(ivs)
+    port_rows: dict[str, list[Rows]] = {p.name: [] for p in scenario.ports}
+    flow_truth: list[FlowTruth] = []
+    for fidx, f in enumerate(scenario.flows):
+        paused: list[tuple[int, int]] = []
+        for h in f.hops:
+            paused.extend(paused_by.get((h.port, h.dst_mac, f.priority), []))
+        paused.sort()
+        rows, truth = _flow_rows(f, fidx, t0, paused, link[f.hops[0].port])
+        flow_truth.append(truth)
+        for h in f.hops:
+            r = Rows({k: v.copy() for k, v in rows.cols.items()})
+            r.cols["ts_ns"] += h.delay_ns
+            d = r.cols["dir"] == 0
+            r.cols["src_mac"] = np.where(d, h.src_mac, h.dst_mac).astype(np.uint64)
+            r.cols["dst_mac"] = np.where(d, h.dst_mac, h.src_mac).astype(np.uint64)
+            port_rows[h.port].append(r)
+    for p, frames in zip(scenario.pauses, pause_frames, strict=True):
+        port_rows[p.port].append(_pause_rows(p, frames))
+    for s in scenario.xon_storms:
+        a = t0 + s.start_ns
+        ts = np.arange(a, a + s.duration_ns, s.interval_ns, dtype=np.int64)
+        port_rows[s.port].append(Rows.make(ts.size, ts_ns=ts, kind=Kind.PFC, src_mac=s.src_mac,
+                                           q0=0, pfc_cev=1 << s.priority, flow=-1, vlan=-1))
+    tables = {name: Rows.concat(parts).sorted() for name, parts in port_rows.items()}
+    from netio.analyze.truth import truth_document  # the truth needs the packet tables
+    return tables, truth_document(scenario, tables, flow_truth, pause_frames)
+
+
+def generate(scenario: Scenario, outdir: str | Path, *, truth: bool = True) -> Generated:
+    """Write one pcap per port (``<port>.pcap``) and ``truth.json`` into ``outdir``."""
+    from netio.analyze.synth import write_capture
+
+    out = Path(outdir)
+    out.mkdir(parents=True, exist_ok=True)
+    tables, doc = build(scenario)
+    paths = []
+    total = 0
+    for port in scenario.ports:
+        path = out / f"{port.name}.pcap"
+        write_capture(path, scenario, tables[port.name], snaplen=port.snaplen)
+        paths.append(path)
+        total += len(tables[port.name])
+    truth_path = None
+    if truth:
+        truth_path = out / "truth.json"
+        truth_path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    return Generated(tuple(paths), truth_path, total)
+
+
+def ns_to_s(ns: int) -> float:
+    return ns / 1e9
+
+
+def mac_str(mac: int) -> str:
+    return format_mac_int(mac)
+
+
+def percentile_summary(samples_ns: Sequence[int]) -> dict[str, float | int] | None:
+    """count/min/p50/p90/p99/max in seconds (numpy 'linear' percentiles); None when empty."""
+    if not samples_ns:
+        return None
+    a = np.asarray(samples_ns, dtype=np.float64) / 1e9
+    p50, p90, p99 = np.percentile(a, [50, 90, 99])
+    return {"count": int(a.size), "min": float(a.min()), "p50": float(p50), "p90": float(p90),
+            "p99": float(p99), "max": float(a.max())}

@@ -1,0 +1,224 @@
+"""The ground-truth document a generated scenario must analyse to.
+
+Computed from the generator's intent (packets it dropped, marked, paused, the
+pause frames it scheduled), in plain sequential Python, independent of the
+vectorised analyses. Keys and units are those of the analysis JSON
+(``netio.analyze.schema``): times in seconds relative to ``time_origin_ns``,
+bytes, counts. Tests compare each key present here with the analysis output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from netio.analyze.columns import Kind
+from netio.analyze.options import DEFAULT_OPTIONS, AnalysisOptions
+from netio.analyze.units import format_ipv4_int, format_mac_int
+from netio.wire.bth import Opcode
+
+if TYPE_CHECKING:
+    from netio.analyze.scenario import FlowTruth, Rows, Scenario
+
+
+def _s(ns: int, t0: int) -> float:
+    return (ns - t0) / 1e9
+
+
+def _summary(samples_ns: Sequence[int]) -> dict[str, float | int] | None:
+    from netio.analyze.scenario import percentile_summary
+    return percentile_summary(samples_ns)
+
+
+def _storms(intervals: Sequence[tuple[int, int]], opts: AnalysisOptions) -> list[tuple[int, int]]:
+    """(start, end) of storms: SONiC-style detection/restoration over paused intervals."""
+    out: list[tuple[int, int]] = []
+    cluster: list[tuple[int, int]] = []
+    for iv in [*intervals, None]:
+        if iv is not None and cluster and iv[0] - cluster[-1][1] < opts.restore_ns:
+            cluster.append(iv)
+            continue
+        if cluster:
+            long = [c for c in cluster if c[1] - c[0] >= opts.storm_ns]
+            if long:
+                out.append((long[0][0], cluster[-1][1]))
+        cluster = [iv] if iv is not None else []
+    return out
+
+
+def truth_document(scenario: Scenario, tables: dict[str, Rows], flows: Sequence[FlowTruth],
+                   pause_frames: Sequence[Sequence[tuple[int, int]]],
+                   opts: AnalysisOptions = DEFAULT_OPTIONS) -> dict[str, Any]:
+    from netio.analyze.scenario import pause_intervals
+
+    firsts = [int(t.cols["ts_ns"][0]) for t in tables.values() if len(t)]
+    t0 = min(firsts) if firsts else scenario.epoch_ns
+    captures: dict[str, Any] = {}
+    windows: dict[str, tuple[int, int]] = {}
+    for name, t in tables.items():
+        kind = t.cols["kind"]
+        ts = t.cols["ts_ns"]
+        first, last = (int(ts[0]), int(ts[-1])) if len(t) else (t0, t0)
+        windows[name] = (first, last)
+        captures[name] = {
+            "packets": len(t), "roce_packets": int(np.count_nonzero(kind == Kind.ROCE)),
+            "pfc_frames": int(np.count_nonzero(kind == Kind.PFC)),
+            "pause_frames": int(np.count_nonzero(kind == Kind.PAUSE)),
+            "first_ts_s": _s(first, t0), "last_ts_s": _s(last, t0),
+            "duration_s": (last - first) / 1e9,
+        }
+    # Pause senders: every (capture, MAC, vlan, priority) that sent PFC/PAUSE.
+    link = {p.name: p.link_bps for p in scenario.ports}
+    per_queue: dict[tuple[str, int, int | None, str, int | None], list[tuple[int, int]]] = {}
+    for p, frames in zip(scenario.pauses, pause_frames, strict=True):
+        kind_name = "pause" if p.priorities is None else "pfc"
+        for prio in (p.priorities if p.priorities is not None else (None,)):
+            per_queue.setdefault((p.port, p.src_mac, p.vlan, kind_name, prio), []).extend(frames)
+    for s in scenario.xon_storms:
+        a = scenario.epoch_ns + s.start_ns
+        frames = [(t, 0) for t in range(a, a + s.duration_ns, s.interval_ns)]
+        per_queue.setdefault((s.port, s.src_mac, None, "pfc", s.priority), []).extend(frames)
+    senders = []
+    storms = []
+    xon_storms = []
+    all_intervals: list[tuple[int, str, int, int | None]] = []  # (start, capture, mac, prio)
+    for (port, mac, vlan, kind_name, prio), frames in sorted(
+            per_queue.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][4] or 0)):
+        frames = sorted(frames)
+        ivs = pause_intervals(frames, link[port])
+        first, last = windows[port]
+        dur = last - first
+        inside = sum(max(0, min(e, last) - max(s, first)) for s, e in ivs)
+        xon = sum(1 for _, q in frames if q == 0)
+        base = {"capture": port, "src_mac": format_mac_int(mac), "vlan": vlan,
+                "kind": kind_name, "priority": prio}
+        senders.append({
+            **base, "xoff_frames": len(frames) - xon, "xon_frames": xon,
+            "intervals": [[_s(s, t0), _s(e, t0)] for s, e in ivs],
+            "paused_s": sum(e - s for s, e in ivs) / 1e9,
+            "longest_pause_s": max((e - s for s, e in ivs), default=0) / 1e9,
+            "paused_fraction": inside / dur if dur > 0 else 0.0,
+            "frame_rate_per_s": len(frames) / (dur / 1e9) if dur > 0 else 0.0,
+        })
+        for s, e in _storms(ivs, opts):
+            storms.append({**base, "start_s": _s(s, t0), "end_s": _s(e, t0),
+                           "duration_s": (e - s) / 1e9})
+        for s, _ in ivs:
+            all_intervals.append((s, port, mac, prio))
+        xs = [t for t, q in frames if q == 0]
+        run: list[int] = []
+        for t in [*xs, None]:
+            if t is not None and run and t - run[-1] <= opts.xon_gap_ns:
+                run.append(t)
+                continue
+            if len(run) > 1 and run[-1] - run[0] >= opts.xon_storm_ns:
+                xon_storms.append({**base, "start_s": _s(run[0], t0), "end_s": _s(run[-1], t0),
+                                   "xon_frames": len(run)})
+            run = [t] if t is not None else []
+    flow_docs = []
+    for fidx, (f, tr) in enumerate(zip(scenario.flows, flows, strict=True)):
+        for h in f.hops:
+            t = tables[h.port]
+            mine = t.cols["flow"] == fidx
+            fwd = mine & (t.cols["dir"] == 0)
+            rev = mine & (t.cols["dir"] == 1)
+            ops = t.cols["opcode"]
+
+            def mix(mask: Any) -> dict[str, int]:
+                vals, counts = np.unique(ops[mask], return_counts=True)
+                return {Opcode(int(v)).name: int(c) for v, c in zip(vals, counts, strict=True)}
+
+            ecn_fwd = {"ce_packets": 0, "cnps": 0, "cnp_reaction_s": None,
+                       "cnp_rate_violations": 0}
+            ecn_rev = dict(ecn_fwd)
+            ecn_data = {"ce_packets": tr.ce_packets, "cnps": tr.cnps,
+                        "cnp_reaction_s": _summary(tr.cnp_reaction_ns),
+                        "cnp_rate_violations": tr.cnp_violations}
+            if f.op == "read":
+                ecn_rev = ecn_data
+            else:
+                ecn_fwd = ecn_data
+            pay_fwd = int(t.cols["payload"][fwd].sum())
+            pay_rev = int(t.cols["payload"][rev].sum())
+            flow_docs.append({
+                "capture": h.port, "src_ip": format_ipv4_int(f.src_ip),
+                "dst_ip": format_ipv4_int(f.dst_ip), "dest_qp": f.dst_qp,
+                "priority": f.priority,
+                "packets": int(np.count_nonzero(fwd)), "payload_bytes": pay_fwd,
+                "goodput_bytes": (f.messages * f.message_bytes if f.op != "read" else 0),
+                "opcodes": mix(fwd), "messages": tr.messages if f.op != "read" else f.messages,
+                "psn_gaps": tr.psn_gaps, "psn_gap_packets": tr.psn_gap_packets,
+                "duplicate_packets": tr.duplicates, "out_of_order_packets": tr.out_of_order,
+                "retransmitted_packets": tr.retransmitted,
+                "retransmission_ratio": tr.retransmitted / tr.requests if tr.requests else 0.0,
+                "naks": dict(sorted(tr.naks.items())), "rnr_naks": tr.rnr_naks,
+                "rnr_timer_s": sorted(set(tr.rnr_timer_s)),
+                "ack_latency_s": _summary(tr.ack_latency_ns),
+                "read_latency_s": _summary(tr.read_latency_ns),
+                "icrc_failures": tr.icrc_failures if h.port and _whole(scenario, h.port) else 0,
+                "ecn": ecn_fwd,
+                "reverse": {"dest_qp": f.src_qp, "packets": int(np.count_nonzero(rev)),
+                            "payload_bytes": pay_rev, "opcodes": mix(rev), "ecn": ecn_rev},
+            })
+    return {
+        "schema_version": 1, "scenario": scenario.name, "time_origin_ns": t0,
+        "captures": captures, "pause_senders": senders, "storms": storms,
+        "xon_storms": xon_storms, "flows": flow_docs,
+        "spreading": _spreading_truth(scenario, all_intervals, t0, opts),
+    }
+
+
+def _whole(scenario: Scenario, port: str) -> bool:
+    """True when the port's snap length keeps whole frames (so ICRCs can be checked)."""
+    return scenario.port(port).snaplen >= 9000
+
+
+def _spreading_truth(scenario: Scenario, events: list[tuple[int, str, int, int | None]], t0: int,
+                     opts: AnalysisOptions) -> list[dict[str, Any]]:
+    """Chains of pauses starting within the causality window of an earlier member."""
+    chains: list[list[tuple[int, str, int, int | None]]] = []
+    for ev in sorted(events):
+        for chain in chains:
+            if any(m[0] <= ev[0] <= m[0] + opts.causality_ns and (m[1], m[2]) != (ev[1], ev[2])
+                   for m in chain):
+                if all((m[1], m[2]) != (ev[1], ev[2]) for m in chain):
+                    chain.append(ev)
+                break
+        else:
+            chains.append([ev])
+    out = []
+    for chain in chains:
+        if len(chain) < 2:
+            continue
+        root = chain[0]
+        # Flows seen at the root's capture, addressed to the pausing MAC, at its priority.
+        conv: list[tuple[str, int]] = []
+        by_dst: dict[int, int] = {}
+        for f in scenario.flows:
+            for h in f.hops:
+                if h.port == root[1] and h.dst_mac == root[2] and (
+                        root[3] is None or f.priority == root[3]):
+                    conv.append((f.name, f.dst_ip))
+                    by_dst[f.dst_ip] = by_dst.get(f.dst_ip, 0) + f.messages * f.message_bytes
+        dest = max(by_dst, key=lambda d: by_dst[d]) if by_dst else None
+        victims = []
+        for m in chain[1:]:
+            dsts = {f.dst_ip for f in scenario.flows for h in f.hops
+                    if h.port == m[1] and h.dst_mac == m[2]
+                    and (m[3] is None or f.priority == m[3])}
+            if dest is not None and dsts and dest not in dsts:
+                victims.append({"capture": m[1], "paused_by": format_mac_int(m[2]),
+                                "priority": m[3],
+                                "destinations": sorted(format_ipv4_int(d) for d in dsts)})
+        out.append({
+            "root": {"capture": root[1], "src_mac": format_mac_int(root[2]),
+                     "priority": root[3], "start_s": _s(root[0], t0)},
+            "congested_destination": None if dest is None else format_ipv4_int(dest),
+            "members": [{"capture": m[1], "src_mac": format_mac_int(m[2]), "priority": m[3],
+                         "start_s": _s(m[0], t0), "delay_s": (m[0] - root[0]) / 1e9}
+                        for m in chain],
+            "victims": victims,
+        })
+    return out
