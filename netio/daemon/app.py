@@ -1,0 +1,515 @@
+"""The daemon: collectors on a schedule, a snapshot store, the HTTP API, the
+storm watchdog, alarms and triggered captures, and signal handling.
+
+Threads: each blocking collector run happens in its own daemon thread, so a
+hung collector (a sysfs read stuck in a driver) blocks neither the event loop
+nor the other collectors nor shutdown; while it hangs, its later runs are
+skipped and reported as ``hung`` faults.  Everything else runs on the loop.
+
+Scrapes read the latest immutable :class:`Snapshot`; its exposition is
+rendered once per snapshot version (in a worker thread) and shared by all
+concurrent scrapers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from netio.daemon import eventlog
+from netio.daemon.capture import CaptureManager
+from netio.daemon.config import Alarm, Config, ConfigError, load_config
+from netio.daemon.exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, render
+from netio.daemon.http import HttpServer, Request, Response
+from netio.daemon.watchdog import PfcWatchdog, StormEventKind, StormKey, StormState, WatchdogConfig
+from netio.daemon.webconfig import BasicAuth, WebConfig, load_web_config
+from netio.telemetry import derived
+from netio.telemetry import metrics as m
+from netio.telemetry.profile import FabricProfile, empty_profile, to_json_dict
+from netio.telemetry.sample import Collection, Fault, Sample
+
+VERSION = "0.1.0"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    version: int
+    collections: Mapping[str, Collection]
+    extra: tuple[Sample, ...]
+    profile: FabricProfile
+
+
+@dataclass
+class _Health:
+    runs: int = 0
+    faults: dict[str, int] = field(default_factory=dict)
+    up: bool = False
+    duration_s: float = 0.0
+    last_success_unix_s: float | None = None
+    last_faults: tuple[Fault, ...] = ()
+
+
+@dataclass
+class Job:
+    """One scheduled collector."""
+
+    name: str
+    collector: Any  # Collector or AsyncCollector
+    interval_s: float
+    is_async: bool
+
+
+def build_jobs(config: Config) -> list[Job]:
+    """The collectors the configuration asks for."""
+    from netio.telemetry.dcb import DcbCollector, NetlinkDcbClient
+    from netio.telemetry.ethtool import EthtoolCollector, EthtoolTextSource, IoctlEthtoolSource
+    from netio.telemetry.netdev import NetdevCollector, NetlinkLinkSource, SysfsLinkSource
+    from netio.telemetry.rdma import RdmaSysfsCollector
+
+    root = config.daemon.sysfs_root
+    live = os.path.realpath(root) == "/sys"
+    jobs: list[Job] = []
+    if config.netdev.enabled:
+        nsrc = config.netdev.source
+        if nsrc == "auto":
+            nsrc = "netlink" if live else "sysfs"
+        src: Any = NetlinkLinkSource(root) if nsrc == "netlink" else SysfsLinkSource(root)
+        jobs.append(Job("netdev", NetdevCollector(src, devices=config.netdev.devices),
+                        config.netdev.interval_s, False))
+    wd_poll = config.watchdog.poll_interval_s if config.watchdog.enabled else None
+    esrc_kind = config.ethtool.source
+    if esrc_kind == "auto":
+        # A fixture sysfs tree has no kernel behind it to ask by ioctl.
+        esrc_kind = "ioctl" if live else "text" if config.ethtool.text_dir else "off"
+    if config.ethtool.enabled and esrc_kind != "off":
+        esrc: Any = IoctlEthtoolSource(root) if esrc_kind == "ioctl" \
+            else EthtoolTextSource(config.ethtool.text_dir or "")
+        interval = config.ethtool.interval_s if wd_poll is None \
+            else min(config.ethtool.interval_s, wd_poll)
+        jobs.append(Job("ethtool", EthtoolCollector(
+            esrc, interfaces=config.ethtool.devices, stats=config.ethtool.stats,
+            passthrough_unknown=config.ethtool.passthrough_unknown), interval, False))
+    if config.rdma.enabled:
+        jobs.append(Job("rdma", RdmaSysfsCollector(
+            root, devices=config.rdma.devices,
+            passthrough_unknown=config.rdma.passthrough_unknown), config.rdma.interval_s, False))
+    if config.dcb.enabled and live:
+        jobs.append(Job("dcb", DcbCollector(NetlinkDcbClient(root), devices=config.dcb.devices),
+                        config.dcb.interval_s, False))
+    if config.snmp:
+        from netio.telemetry.snmp import SnmpCollector
+
+        for tgt in config.snmp:
+            jobs.append(Job(f"snmp:{tgt.name}", SnmpCollector(tgt), tgt.interval_s, True))
+    return jobs
+
+
+def _run_in_thread(fn: Callable[[], Collection], name: str) -> asyncio.Future[Collection]:
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[Collection] = loop.create_future()
+
+    def settle(result: Collection | None, exc: BaseException | None) -> None:
+        if fut.done():
+            return
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(result)  # type: ignore[arg-type]
+
+    def body() -> None:
+        try:
+            res = fn()
+        except BaseException as e:  # reported as a fault of this collector
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(settle, None, e)
+            return
+        with contextlib.suppress(RuntimeError):  # loop closed during shutdown
+            loop.call_soon_threadsafe(settle, res, None)
+
+    threading.Thread(target=body, name=f"netio-{name}", daemon=True).start()
+    return fut
+
+
+@dataclass
+class _AlarmState:
+    firing: bool = False
+
+
+class Daemon:
+    def __init__(self, config: Config, *, config_path: str | None = None,
+                 jobs_factory: Callable[[Config], list[Job]] = build_jobs,
+                 web_config: WebConfig | None = None) -> None:
+        self.config = config
+        self.config_path = config_path
+        self.jobs_factory = jobs_factory
+        self.web_config = web_config if web_config is not None else self._load_web(config)
+        self.host = config.daemon.hostname or socket.gethostname()
+        self.jobs = jobs_factory(config)
+        self.health: dict[str, _Health] = {}
+        self.collections: dict[str, Collection] = {}
+        self.derivation = derived.Derivation()
+        self.watchdog = PfcWatchdog(self._wd_config(config))
+        self.capture = CaptureManager(config.capture)
+        self.alarms: dict[str, _AlarmState] = {}
+        self.scrapes: dict[tuple[str, str], int] = {}
+        self.reloads = {"success": 0, "failure": 0}
+        self.last_reload_ok = True
+        self._version = 0
+        self.snapshot = Snapshot(0, {}, (), empty_profile(self.host, time.time()))
+        self._render_cache: dict[bool, tuple[int, bytes]] = {}
+        self._render_lock = asyncio.Lock()
+        self.render_duration_s = 0.0
+        self._tasks: list[asyncio.Task[None]] = []
+        self._pending: dict[str, asyncio.Future[Collection]] = {}
+        self._stop = asyncio.Event()
+        self.server: HttpServer | None = None
+        self.started = asyncio.Event()
+
+    # ---- configuration ------------------------------------------------------------------
+    @staticmethod
+    def _load_web(config: Config) -> WebConfig:
+        path = config.daemon.web_config_file
+        return load_web_config(path) if path else WebConfig()
+
+    @staticmethod
+    def _wd_config(config: Config) -> WatchdogConfig:
+        w = config.watchdog
+        return WatchdogConfig(w.detection_time_s, w.restoration_time_s, w.poll_interval_s,
+                              w.min_paused_ratio)
+
+    async def reload(self) -> bool:
+        """Re-read the configuration file; a bad file keeps the running configuration."""
+        if self.config_path is None:
+            return False
+        try:
+            new = load_config(self.config_path)
+            web = self._load_web(new)
+        except ConfigError as e:
+            self.reloads["failure"] += 1
+            self.last_reload_ok = False
+            eventlog.emit("config_reload_failed", level=logging.ERROR, error=str(e))
+            return False
+        old_listen = self.config.daemon.listen
+        self._stop_jobs()
+        self.config = new
+        self.web_config = web
+        self.jobs = self.jobs_factory(new)
+        self.watchdog.config = self._wd_config(new)
+        self.capture.config = new.capture
+        self.collections = {k: v for k, v in self.collections.items()
+                            if k in {j.name for j in self.jobs}}
+        self._start_jobs()
+        if self.server is not None:
+            self.server.auth = BasicAuth(web.users) if web.auth_required else None
+        if new.daemon.listen != old_listen or self.web_config.ssl_context is not None:
+            await self._restart_server()
+        self.reloads["success"] += 1
+        self.last_reload_ok = True
+        eventlog.emit("config_reloaded", path=self.config_path,
+                      collectors=[j.name for j in self.jobs])
+        self._publish()
+        return True
+
+    # ---- lifecycle ----------------------------------------------------------------------
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig, fn in ((signal.SIGTERM, self.stop), (signal.SIGINT, self.stop),
+                        (signal.SIGHUP, lambda: loop.create_task(self.reload()))):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, fn)
+        await self._restart_server()
+        self._start_jobs()
+        self._publish()
+        eventlog.emit("started", listen=self.config.daemon.listen, port=self.port,
+                      tls=self.web_config.ssl_context is not None,
+                      collectors=[j.name for j in self.jobs], version=VERSION)
+        self.started.set()
+        try:
+            await self._stop.wait()
+        finally:
+            self._stop_jobs()
+            await self.capture.close()
+            if self.server is not None:
+                await self.server.close()
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                    loop.remove_signal_handler(sig)
+            eventlog.emit("stopped")
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def port(self) -> int:
+        return self.server.port if self.server is not None else 0
+
+    async def _restart_server(self) -> None:
+        host, _, port = self.config.daemon.listen.rpartition(":")
+        host = host.strip("[]")
+        if self.server is not None:
+            await self.server.close()
+        auth = BasicAuth(self.web_config.users) if self.web_config.auth_required else None
+        self.server = HttpServer({
+            "/metrics": self._metrics, "/healthz": self._healthz, "/api/profile": self._profile,
+            "/api/captures": self._captures, "/": self._index,
+        }, auth=auth, on_request=self._count_request)
+        await self.server.start(host, int(port), self.web_config.ssl_context)
+
+    def _start_jobs(self) -> None:
+        for job in self.jobs:
+            self.health.setdefault(job.name, _Health())
+            self._tasks.append(asyncio.get_running_loop().create_task(
+                self._job_loop(job), name=f"collector-{job.name}"))
+
+    def _stop_jobs(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        self._tasks = []
+
+    # ---- collection ---------------------------------------------------------------------
+    async def _job_loop(self, job: Job) -> None:
+        loop = asyncio.get_running_loop()
+        timeout = min(self.config.daemon.collector_timeout_s, max(job.interval_s * 5, 1.0))
+        next_at = loop.time()
+        while True:
+            await self._run_once(job, timeout)
+            next_at += job.interval_s
+            now = loop.time()
+            if next_at < now:  # fell behind (slow collector): skip missed ticks
+                next_at = now + job.interval_s - (now - next_at) % job.interval_s
+            await asyncio.sleep(next_at - now)
+
+    async def _run_once(self, job: Job, timeout: float) -> None:
+        h = self.health.setdefault(job.name, _Health())
+        pending = self._pending.get(job.name)
+        if pending is not None and not pending.done():
+            self._faults(job.name, (Fault(job.name, "hung", job.name,
+                                          "previous run has not returned"),), ok=False)
+            return
+        h.runs += 1
+        t0 = time.perf_counter()
+        try:
+            if job.is_async:
+                col = await asyncio.wait_for(job.collector.collect_async(), timeout)
+            else:
+                fut = _run_in_thread(job.collector.collect, job.name)
+                self._pending[job.name] = fut
+                col = await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except TimeoutError:
+            h.duration_s = time.perf_counter() - t0
+            self._faults(job.name, (Fault(job.name, "timeout", job.name,
+                                          f"no result within {timeout:g} s"),), ok=False)
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            h.duration_s = time.perf_counter() - t0
+            self._faults(job.name, (Fault(job.name, "error", job.name,
+                                          f"{type(e).__name__}: {e}"),), ok=False)
+            return
+        h.duration_s = time.perf_counter() - t0
+        self.ingest(col, job_name=job.name)
+
+    def _faults(self, name: str, faults: tuple[Fault, ...], *, ok: bool) -> None:
+        h = self.health.setdefault(name, _Health())
+        h.up = ok
+        for f in faults:
+            h.faults[f.kind] = h.faults.get(f.kind, 0) + 1
+        new = {(f.kind, f.source) for f in faults}
+        old = {(f.kind, f.source) for f in h.last_faults}
+        for f in faults:
+            if (f.kind, f.source) not in old:  # log a fault when it starts, not every poll
+                eventlog.emit("collector_fault", level=logging.WARNING, collector=name,
+                              kind=f.kind, source=f.source, reason=f.reason)
+        for kind, source in sorted(old - new):
+            eventlog.emit("collector_fault_cleared", collector=name, kind=kind, source=source)
+        h.last_faults = faults
+        if not ok:
+            self._publish()
+
+    def ingest(self, col: Collection, *, job_name: str | None = None) -> None:
+        """Take one collection (also the entry point for tests and benchmarks)."""
+        name = job_name or col.collector
+        if name != col.collector:
+            col = Collection(name, col.samples, col.faults, col.ts_ns, col.duration_s,
+                             col.sources)
+        h = self.health.setdefault(name, _Health())
+        self._faults(name, col.faults, ok=not col.faults)
+        h.last_success_unix_s = col.ts_ns / 1e9
+        rates = self.derivation.ingest(col)
+        self.collections[name] = col
+        if name in ("ethtool", "dcb") and self.config.watchdog.enabled:
+            self._watch(col, rates)
+        if self.config.alarms:
+            self._check_alarms(col, rates)
+        self._publish()
+
+    def _watch(self, col: Collection, rates: Mapping[tuple[str, tuple[str, ...]], float]) -> None:
+        for w in derived.watch_inputs(col, rates):
+            key = StormKey(w.device, w.direction, w.priority)
+            ev = self.watchdog.observe(key, col.ts_ns, w.pause_frames, w.paused_ratio,
+                                       w.tx_progress)
+            if ev is None:
+                continue
+            eventlog.emit(**ev.as_log(), level=logging.WARNING)  # type: ignore[arg-type]
+            if ev.kind is StormEventKind.DETECTED:
+                self.capture.trigger(w.device, f"pfc_storm {w.direction} priority "
+                                     f"{w.priority}")
+
+    def _check_alarms(self, col: Collection,
+                      rates: Mapping[tuple[str, tuple[str, ...]], float]) -> None:
+        for alarm in self.config.alarms:
+            hits = self._alarm_hits(alarm, col, rates)
+            if hits is None:
+                continue
+            st = self.alarms.setdefault(alarm.name, _AlarmState())
+            if hits and not st.firing:
+                st.firing = True
+                labels, value = hits[0]
+                eventlog.emit("alarm_firing", level=logging.WARNING, alarm=alarm.name,
+                              metric=alarm.metric, labels=labels, value=value)
+                iface = labels.get(alarm.interface_label)
+                if alarm.capture and iface:
+                    self.capture.trigger(iface, f"alarm {alarm.name}")
+            elif not hits and st.firing:
+                st.firing = False
+                eventlog.emit("alarm_resolved", alarm=alarm.name)
+
+    @staticmethod
+    def _alarm_hits(alarm: Alarm, col: Collection,
+                    rates: Mapping[tuple[str, tuple[str, ...]], float]
+                    ) -> list[tuple[dict[str, str], float]] | None:
+        hits: list[tuple[dict[str, str], float]] = []
+        seen = False
+        for s in col.samples:
+            if s.spec.name != alarm.metric:
+                continue
+            labels = dict(zip(s.spec.labels, s.labels, strict=True))
+            if any(labels.get(k) != v for k, v in alarm.labels):
+                continue
+            seen = True
+            if alarm.rate_above is not None:
+                r = rates.get(s.key)
+                if r is not None and r > alarm.rate_above:
+                    hits.append((labels, r))
+            elif alarm.value_above is not None and s.value > alarm.value_above:
+                hits.append((labels, s.value))
+        return hits if seen else None
+
+    # ---- snapshot -----------------------------------------------------------------------
+    def _storms(self) -> dict[tuple[str, str, int], float]:
+        return {(k.device, k.direction, k.priority): since / 1e9
+                for k, st, _d, _r, _l, since in self.watchdog.queues()
+                if st is StormState.STORMED}
+
+    def _publish(self) -> None:
+        now = time.time()
+        dsamples, profile = derived.build(self.collections, self.derivation, self._storms(),
+                                          self.host, now)
+        extra: list[Sample] = list(dsamples)
+        for k, st, det, res, last, _since in self.watchdog.queues():
+            lv = (k.device, k.direction, str(k.priority))
+            extra.append(Sample(m.WD_STORM_ACTIVE, lv, float(st is StormState.STORMED)))
+            extra.append(Sample(m.WD_DETECTED, lv, float(det)))
+            extra.append(Sample(m.WD_RESTORED, lv, float(res)))
+            if last is not None:
+                extra.append(Sample(m.WD_LAST_DURATION, lv, last))
+        for a in self.config.alarms:
+            ast = self.alarms.get(a.name)
+            extra.append(Sample(m.ALARM_FIRING, (a.name,), float(bool(ast and ast.firing))))
+        self._version += 1
+        self.snapshot = Snapshot(self._version, dict(self.collections), tuple(extra), profile)
+
+    def health_samples(self) -> list[Sample]:
+        out: list[Sample] = [Sample(m.BUILD_INFO, (VERSION,), 1.0)]
+        for name, h in sorted(self.health.items()):
+            out.append(Sample(m.COLLECTOR_UP, (name,), float(h.up)))
+            out.append(Sample(m.COLLECTOR_DURATION, (name,), h.duration_s))
+            out.append(Sample(m.COLLECTOR_RUNS, (name,), float(h.runs)))
+            for kind, n in sorted(h.faults.items()):
+                out.append(Sample(m.COLLECTOR_FAULTS, (name, kind), float(n)))
+            if h.last_success_unix_s is not None:
+                out.append(Sample(m.COLLECTOR_LAST_SUCCESS, (name,), h.last_success_unix_s))
+        for (path, code), n in sorted(self.scrapes.items()):
+            out.append(Sample(m.SCRAPES, (path, code), float(n)))
+        for outcome, n in sorted(self.reloads.items()):
+            out.append(Sample(m.CONFIG_RELOADS, (outcome,), float(n)))
+        out.append(Sample(m.CONFIG_LAST_RELOAD_OK, (), float(self.last_reload_ok)))
+        out.append(Sample(m.SCRAPE_DURATION, (), self.render_duration_s))
+        out.extend(self.capture.samples())
+        return out
+
+    async def render_body(self, openmetrics: bool) -> bytes:
+        snap = self.snapshot
+        cached = self._render_cache.get(openmetrics)
+        if cached is None or cached[0] != snap.version:
+            async with self._render_lock:
+                cached = self._render_cache.get(openmetrics)
+                if cached is None or cached[0] != snap.version:
+                    def work() -> bytes:
+                        t0 = time.perf_counter()
+                        samples = [s for c in snap.collections.values() for s in c.samples]
+                        samples.extend(snap.extra)
+                        body = render(samples, openmetrics=openmetrics, eof=False)
+                        self.render_duration_s = time.perf_counter() - t0
+                        return body
+                    body = await asyncio.to_thread(work)
+                    cached = (snap.version, body)
+                    self._render_cache[openmetrics] = cached
+        return cached[1] + render(self.health_samples(), openmetrics=openmetrics)
+
+    # ---- HTTP handlers --------------------------------------------------------------------
+    def _count_request(self, path: str, code: int) -> None:
+        k = (path, str(code))
+        self.scrapes[k] = self.scrapes.get(k, 0) + 1
+
+    async def _metrics(self, req: Request) -> Response:
+        om = "application/openmetrics-text" in req.headers.get("accept", "")
+        body = await self.render_body(om)
+        return Response(200, body, OPENMETRICS_CONTENT_TYPE if om else TEXT_CONTENT_TYPE)
+
+    def health_report(self) -> tuple[bool, dict[str, Any]]:
+        now = time.time()
+        cols: dict[str, Any] = {}
+        stale = False
+        for job in self.jobs:
+            h = self.health.get(job.name, _Health())
+            age = None if h.last_success_unix_s is None else now - h.last_success_unix_s
+            cols[job.name] = {"up": h.up, "last_success_age_s": age,
+                              "faults": [f"{f.kind} {f.source}: {f.reason}"
+                                         for f in h.last_faults][:20]}
+        degraded = any(not c["up"] for c in cols.values())
+        # Serving but never collecting (scheduler dead) is unhealthy.
+        if self.jobs and all(c["last_success_age_s"] is None for c in cols.values()) \
+                and self.snapshot.version > len(self.jobs) * 3:
+            stale = True
+        status = "unhealthy" if stale else "degraded" if degraded else "ok"
+        return not stale, {"status": status, "version": VERSION, "collectors": cols,
+                           "captures_in_progress": self.capture.in_progress()}
+
+    async def _healthz(self, req: Request) -> Response:
+        ok, doc = self.health_report()
+        return Response(200 if ok else 503, json.dumps(doc, indent=1).encode() + b"\n",
+                        "application/json")
+
+    async def _profile(self, req: Request) -> Response:
+        return Response(200, json.dumps(to_json_dict(self.snapshot.profile), indent=1).encode()
+                        + b"\n", "application/json")
+
+    async def _captures(self, req: Request) -> Response:
+        return Response(200, json.dumps(self.capture.records_json(), indent=1).encode() + b"\n",
+                        "application/json")
+
+    async def _index(self, req: Request) -> Response:
+        return Response(200, b"netio-daemon: /metrics /healthz /api/profile /api/captures\n")
+

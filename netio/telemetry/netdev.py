@@ -1,0 +1,187 @@
+"""Network interface statistics, link state, speed and MTU.
+
+The live source asks the kernel over rtnetlink (``RTM_GETLINK``, ``IFLA_STATS64``,
+one dump for all interfaces); speed is not in that message, so it comes from
+``class/net/<if>/speed`` (Mb/s, -1 when unknown).  The sysfs source reads the
+same values from ``class/net/<if>/statistics/*`` and serves fixture trees.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from netio.telemetry import metrics as m
+from netio.telemetry.sample import Collection, Fault, Sample
+from netio.telemetry.selection import ALL, Selection
+from netio.telemetry.sysfs import ReadFault, list_dir, read_attr
+
+
+@dataclass(frozen=True, slots=True)
+class LinkStats:
+    ifname: str
+    oper_up: bool
+    mtu_bytes: int | None
+    speed_mbps: int | None
+    carrier_changes: int | None
+    stats: dict[str, int] = field(default_factory=dict)  # rtnl_link_stats64 field names
+
+
+class LinkSource(Protocol):
+    def links(self) -> tuple[list[LinkStats], list[tuple[str, str, str]]]:
+        """Links, plus faults as (kind, source, reason)."""
+        ...
+
+
+def _speed(sysfs_root: str, ifname: str) -> int | None:
+    text = read_attr(os.path.join(sysfs_root, "class", "net", ifname, "speed"))
+    if isinstance(text, ReadFault):
+        return None  # EINVAL while the link is down: no speed, not a fault
+    try:
+        v = int(text)
+    except ValueError:
+        return None
+    return v if v > 0 else None
+
+
+class NetlinkLinkSource:
+    """rtnetlink through pyroute2; ``ipr_factory`` is injectable for tests."""
+
+    def __init__(self, sysfs_root: str = "/sys",
+                 ipr_factory: Callable[[], Any] | None = None) -> None:
+        self.sysfs_root = sysfs_root
+        self._factory = ipr_factory
+        self._ipr: Any = None
+
+    def _handle(self) -> Any:
+        if self._ipr is None:
+            if self._factory is not None:
+                self._ipr = self._factory()
+            else:
+                from pyroute2 import IPRoute
+
+                self._ipr = IPRoute()
+        return self._ipr
+
+    def links(self) -> tuple[list[LinkStats], list[tuple[str, str, str]]]:
+        try:
+            msgs = self._handle().get_links()
+        except OSError as e:
+            self.close()
+            return [], [("unreadable", "rtnetlink", str(e))]
+        out: list[LinkStats] = []
+        for msg in msgs:
+            name = msg.get_attr("IFLA_IFNAME")
+            stats = msg.get_attr("IFLA_STATS64") or {}
+            out.append(LinkStats(
+                ifname=name,
+                oper_up=msg.get_attr("IFLA_OPERSTATE") in ("UP", "UNKNOWN")
+                and bool(msg.get_attr("IFLA_CARRIER", 1)),
+                mtu_bytes=msg.get_attr("IFLA_MTU"),
+                speed_mbps=_speed(self.sysfs_root, name),
+                carrier_changes=msg.get_attr("IFLA_CARRIER_CHANGES"),
+                stats={k: int(v) for k, v in dict(stats).items()},
+            ))
+        return out, []
+
+    def close(self) -> None:
+        if self._ipr is not None:
+            self._ipr.close()
+            self._ipr = None
+
+
+_STAT_FILES = ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets", "rx_errors", "tx_errors",
+               "rx_dropped", "tx_dropped")
+
+
+class SysfsLinkSource:
+    """``<sysfs_root>/class/net/<if>/{operstate,mtu,speed,carrier_changes,statistics/*}``."""
+
+    def __init__(self, sysfs_root: str = "/sys") -> None:
+        self.sysfs_root = sysfs_root
+
+    def links(self) -> tuple[list[LinkStats], list[tuple[str, str, str]]]:
+        base = os.path.join(self.sysfs_root, "class", "net")
+        names = list_dir(base)
+        if isinstance(names, ReadFault):
+            return [], []
+        out: list[LinkStats] = []
+        faults: list[tuple[str, str, str]] = []
+        for name in names:
+            d = os.path.join(base, name)
+            oper = read_attr(os.path.join(d, "operstate"))
+            if isinstance(oper, ReadFault):
+                faults.append((oper.kind, name, f"operstate: {oper.reason}"))
+                continue
+            stats: dict[str, int] = {}
+            for f in _STAT_FILES:
+                t = read_attr(os.path.join(d, "statistics", f))
+                if isinstance(t, ReadFault):
+                    faults.append((t.kind, f"{name}/statistics/{f}", t.reason))
+                    continue
+                try:
+                    stats[f] = int(t)
+                except ValueError:
+                    faults.append(("parse", f"{name}/statistics/{f}", f"not an integer: {t!r}"))
+            mtu = read_attr(os.path.join(d, "mtu"))
+            cc = read_attr(os.path.join(d, "carrier_changes"))
+            out.append(LinkStats(
+                ifname=name,
+                oper_up=oper in ("up", "unknown"),
+                mtu_bytes=int(mtu) if isinstance(mtu, str) and mtu.isdigit() else None,
+                speed_mbps=_speed(self.sysfs_root, name),
+                carrier_changes=int(cc) if isinstance(cc, str) and cc.isdigit() else None,
+                stats=stats,
+            ))
+        return out, faults
+
+
+_PAIRS = (
+    (m.NET_BYTES, "rx_bytes", "tx_bytes"),
+    (m.NET_PACKETS, "rx_packets", "tx_packets"),
+    (m.NET_ERRORS, "rx_errors", "tx_errors"),
+    (m.NET_DROPPED, "rx_dropped", "tx_dropped"),
+)
+
+
+class NetdevCollector:
+    name = "netdev"
+
+    def __init__(self, source: LinkSource, *, devices: Selection = ALL) -> None:
+        self.source = source
+        self.devices = devices
+        self._previous: frozenset[str] = frozenset()
+
+    def collect(self) -> Collection:
+        t0 = time.perf_counter()
+        links, raw_faults = self.source.links()
+        faults = [Fault(self.name, k, s, r) for k, s, r in raw_faults]
+        samples: list[Sample] = []
+        seen: list[str] = []
+        for link in links:
+            if not self.devices(link.ifname):
+                continue
+            seen.append(link.ifname)
+            dev = (link.ifname,)
+            for spec, rx, tx in _PAIRS:
+                if rx in link.stats:
+                    samples.append(Sample(spec, (link.ifname, "rx"), float(link.stats[rx])))
+                if tx in link.stats:
+                    samples.append(Sample(spec, (link.ifname, "tx"), float(link.stats[tx])))
+            samples.append(Sample(m.NET_UP, dev, 1.0 if link.oper_up else 0.0))
+            if link.mtu_bytes is not None:
+                samples.append(Sample(m.NET_MTU, dev, float(link.mtu_bytes)))
+            if link.speed_mbps is not None:
+                samples.append(Sample(m.NET_SPEED, dev, link.speed_mbps * 1e6 / 8.0))
+            if link.carrier_changes is not None:
+                # IFLA_CARRIER_CHANGES is a u32 in the kernel.
+                samples.append(Sample(m.NET_CARRIER_CHANGES, dev, float(link.carrier_changes),
+                                      32))
+        for gone in sorted(self._previous - set(seen)):
+            faults.append(Fault(self.name, "vanished", gone, "interface no longer present"))
+        self._previous = frozenset(seen)
+        return Collection(self.name, tuple(samples), tuple(faults), time.time_ns(),
+                          time.perf_counter() - t0, tuple(seen))

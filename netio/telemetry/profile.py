@@ -1,0 +1,122 @@
+"""The fabric profile: measured capacity and load of every link this daemon sees.
+
+``GET /api/profile`` serves :class:`FabricProfile` as JSON (``to_json_dict``);
+the performance models consume it, so this module is the schema, versioned by
+``SCHEMA_VERSION`` (bump it on any incompatible change).
+
+Units are in the field names: ``_bps`` bits per second, ``_per_s`` events per
+second, ``_ratio``/``_fraction`` dimensionless 0..1, ``_unix_s`` seconds since
+the epoch, ``_s`` seconds.  ``None`` (JSON ``null``) means "not measured":
+the source does not offer it, or there is no previous sample to make a rate
+from yet.
+
+Fields:
+
+* ``interfaces``: host network interfaces.  ``capacity_bps`` is the negotiated
+  speed; ``rx_bps``/``tx_bps`` the rate over the last collection interval;
+  ``utilisation_ratio`` = max(rx, tx) / capacity; ``pause`` one entry per
+  priority with PFC counters: ``rx_pause_fraction`` is the fraction of time the
+  peer held this host paused, ``tx_pause_fraction`` the fraction this host held
+  the peer paused; ``pause_fraction_source`` is ``"duration"`` (measured by the
+  NIC, mlx5 ``*_pause_duration``), ``"frames_estimate"`` (pause frames times
+  the maximum pause quanta over the link speed: an upper bound) or ``"none"``.
+* ``rdma_ports``: RDMA ports; ``cnp_sent_per_s`` (this host as notification
+  point), ``cnp_handled_per_s`` (as reaction point), ``ecn_marked_per_s``,
+  ``retransmissions_per_s`` (requester events that cause a resend:
+  local ACK timeout, NAK sequence error, implied NAK, RNR NAK; rxe's
+  ``completer_retry_err`` replaces the NAK-sequence count when present),
+  ``out_of_sequence_per_s`` and ``duplicate_requests_per_s`` (responder's view
+  of the peer's resends).
+* ``switch_interfaces``: per SNMP target and interface, IF-MIB rates and PFC
+  requests/indications per second.
+* ``storms``: the PFC storms active now (watchdog state).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityPause:
+    priority: int
+    rx_pause_fraction: float | None
+    tx_pause_fraction: float | None
+    rx_pause_frames_per_s: float | None
+    tx_pause_frames_per_s: float | None
+    lossless: bool | None
+    storm_active: bool
+
+
+@dataclass(frozen=True, slots=True)
+class InterfaceProfile:
+    name: str
+    up: bool | None
+    capacity_bps: float | None
+    rx_bps: float | None
+    tx_bps: float | None
+    utilisation_ratio: float | None
+    pause_fraction_source: str
+    pause: tuple[PriorityPause, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RdmaPortProfile:
+    device: str
+    port: str
+    capacity_bps: float | None
+    rx_bps: float | None
+    tx_bps: float | None
+    rx_packets_per_s: float | None
+    tx_packets_per_s: float | None
+    cnp_sent_per_s: float | None
+    cnp_handled_per_s: float | None
+    ecn_marked_per_s: float | None
+    retransmissions_per_s: float | None
+    out_of_sequence_per_s: float | None
+    duplicate_requests_per_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchInterfaceProfile:
+    target: str
+    interface: str
+    up: bool | None
+    capacity_bps: float | None
+    rx_bps: float | None
+    tx_bps: float | None
+    utilisation_ratio: float | None
+    pfc_requests_per_s: float | None
+    pfc_indications_per_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveStorm:
+    device: str
+    direction: str
+    priority: int
+    since_unix_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class FabricProfile:
+    schema_version: int
+    host: str
+    generated_unix_s: float
+    interfaces: tuple[InterfaceProfile, ...]
+    rdma_ports: tuple[RdmaPortProfile, ...]
+    switch_interfaces: tuple[SwitchInterfaceProfile, ...]
+    storms: tuple[ActiveStorm, ...]
+
+
+def to_json_dict(profile: FabricProfile) -> dict[str, Any]:
+    """Plain dict (lists, not tuples) ready for ``json.dumps``."""
+    return dataclasses.asdict(profile)
+
+
+def empty_profile(host: str, now_unix_s: float) -> FabricProfile:
+    return FabricProfile(SCHEMA_VERSION, host, now_unix_s, (), (), (), ())
