@@ -1,0 +1,345 @@
+"""The sans-I/O RoCEv2 engine: one per local IP address (GID), holding QPs, CQs, SRQs.
+
+Modelled on aioquic's connection API: no sockets, no clocks. A driver feeds received
+UDP payloads with ``receive_datagram`` (or whole IP packets with ``receive_ip_packet``),
+sends what ``datagrams_to_send`` returns, and calls ``handle_timer`` at the deadline that
+``get_timer`` gives. Time is always passed in as integer nanoseconds.
+
+ICRC (IBTA Annex A17.3.3). Outgoing packets carry an ICRC computed for the IPv4 header a
+Linux UDP socket with ``IP_PMTUDISC_DO`` emits: IP ID 0, DF set (TOS/TTL/checksums are
+masked out of the ICRC). On receive, ``receive_ip_packet`` verifies the ICRC over the IP
+packet as received. ``receive_datagram`` cannot see the IP header: it verifies the ICRC
+against a reconstructed header when the caller passes ``src_port`` and the IP ID (``ip_id``,
+0 by default, which holds between netio endpoints); with ``ip_id=None`` (a peer such as
+kernel rxe that sends non-zero IP IDs, seen through a UDP socket) the ICRC is not checked
+and the UDP checksum is what protects the packet. Packets failing the check are dropped.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import itertools
+from collections import deque
+from dataclasses import dataclass
+
+from netio.errors import DecodeError, EncodeError
+from netio.roce.completer import Completer
+from netio.roce.memory import ProtectionDomain
+from netio.roce.qp import RECEIVE_STATES, SEND_STATES, QpType, QueuePair, check_recv_wr
+from netio.roce.verbs import Completion, IpAddress, RecvWr, RoceError, WcOpcode, WcStatus
+from netio.wire.bth import Bth, Transport
+from netio.wire.ext import Aeth, AtomicAckEth, AtomicEth, Deth, ImmDt, Reth
+from netio.wire.icrc import compute_icrc, verify_icrc
+from netio.wire.ip import Ecn, IpProto, Ipv4, Ipv6
+from netio.wire.packet import build_roce_udp_payload, decode_roce
+from netio.wire.udp import ROCEV2_UDP_PORT, Udp
+
+FIRST_QPN = 0x11  # rxe hands out QPNs from RXE_MIN_QP_INDEX + 1; QP0/QP1 are special
+_QPN_LIMIT = 0xFFFFFF
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingDatagram:
+    """One UDP datagram to send to ``dst_ip``:4791 from ``src_udp_port``.
+
+    ``payload`` is BTH .. ICRC; ``dscp``/``ecn`` go into the IP header (per QP).
+    """
+
+    dst_ip: IpAddress
+    src_udp_port: int
+    dscp: int
+    ecn: int
+    payload: bytes
+
+
+@dataclass(slots=True)
+class EngineStats:
+    """Counters (cumulative since the engine was created)."""
+
+    datagrams_sent: int = 0
+    datagrams_received: int = 0
+    dropped_icrc: int = 0
+    dropped_malformed: int = 0
+    dropped_unknown_qp: int = 0
+    dropped_state: int = 0
+    dropped_response: int = 0
+
+
+class CompletionQueue:
+    """A completion queue; read it with ``RoceEngine.poll_cq`` or ``poll``."""
+
+    def __init__(self) -> None:
+        self._entries: deque[Completion] = deque()
+
+    def push(self, completion: Completion) -> None:
+        self._entries.append(completion)
+
+    def poll(self, max_entries: int = 16) -> list[Completion]:
+        """Remove and return up to ``max_entries`` completions, oldest first."""
+        out: list[Completion] = []
+        entries = self._entries
+        while entries and len(out) < max_entries:
+            out.append(entries.popleft())
+        return out
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class SharedReceiveQueue:
+    """A shared receive queue (IBTA §10.2.9.5): receives consumed by any attached QP."""
+
+    def __init__(self, pd: ProtectionDomain) -> None:
+        self.pd = pd
+        self._wrs: deque[RecvWr] = deque()
+
+    def post_recv(self, wr: RecvWr) -> None:
+        check_recv_wr(wr)
+        self._wrs.append(wr)
+
+    def take(self) -> RecvWr | None:
+        return self._wrs.popleft() if self._wrs else None
+
+    def give_back(self, wr: RecvWr) -> None:
+        self._wrs.appendleft(wr)
+
+    def __len__(self) -> int:
+        return len(self._wrs)
+
+
+def _ip(value: IpAddress | str) -> IpAddress:
+    return value if isinstance(value, ipaddress.IPv4Address | ipaddress.IPv6Address) else (
+        ipaddress.ip_address(value))
+
+
+class RoceEngine:
+    """All QPs of one local address. See the module docstring for the driver contract."""
+
+    def __init__(self, local_ip: IpAddress | str, *, verify_icrc: bool = True) -> None:
+        self.local_ip = _ip(local_ip)
+        self.verify_icrc = verify_icrc
+        self.stats = EngineStats()
+        self._qps: dict[int, QueuePair] = {}
+        self._completers: dict[int, Completer] = {}
+        self._qpn_counter = itertools.count(FIRST_QPN)
+        self._outbox: list[OutgoingDatagram] = []
+        self._ready: dict[int, QueuePair] = {}  # QPs that may have packets to generate
+
+    # -- verbs objects -------------------------------------------------------------------
+
+    def alloc_pd(self) -> ProtectionDomain:
+        return ProtectionDomain()
+
+    def create_cq(self) -> CompletionQueue:
+        return CompletionQueue()
+
+    def create_srq(self, pd: ProtectionDomain) -> SharedReceiveQueue:
+        return SharedReceiveQueue(pd)
+
+    def create_qp(self, pd: ProtectionDomain, qp_type: QpType, send_cq: CompletionQueue,
+                  recv_cq: CompletionQueue | None = None, *,
+                  srq: SharedReceiveQueue | None = None, qp_num: int | None = None,
+                  sq_sig_all: bool = False) -> QueuePair:
+        """Create a QP in RESET; ``qp_num`` defaults to the next free number from 0x11."""
+        if qp_num is None:
+            qp_num = next(self._qpn_counter)
+            while qp_num in self._qps:
+                qp_num = next(self._qpn_counter)
+        if not 2 <= qp_num <= _QPN_LIMIT or qp_num in self._qps:
+            raise RoceError(f"QP number {qp_num:#x} is reserved, out of range or in use")
+        qp = QueuePair(self, qp_num, QpType(qp_type), pd, send_cq,
+                       recv_cq if recv_cq is not None else send_cq, srq, sq_sig_all)
+        self._qps[qp_num] = qp
+        self._completers[qp_num] = Completer(qp.requester)
+        return qp
+
+    def destroy_qp(self, qp: QueuePair) -> None:
+        if self._qps.get(qp.qp_num) is not qp:
+            raise RoceError(f"QP {qp.qp_num:#x} does not belong to this engine")
+        del self._qps[qp.qp_num]
+        del self._completers[qp.qp_num]
+        self._ready.pop(qp.qp_num, None)
+
+    def qp(self, qp_num: int) -> QueuePair | None:
+        return self._qps.get(qp_num)
+
+    def poll_cq(self, cq: CompletionQueue, max_entries: int = 16) -> list[Completion]:
+        return cq.poll(max_entries)
+
+    def qp_changed(self, qp: QueuePair) -> None:
+        """A QP may have new packets to send (new WR, window opened, retry)."""
+        if qp.qp_num in self._qps:
+            self._ready[qp.qp_num] = qp
+
+    # -- output --------------------------------------------------------------------------
+
+    def transmit(self, qp: QueuePair, dst_ip: IpAddress | None, bth: Bth, payload: bytes, *,
+                 reth: Reth | None = None, aeth: Aeth | None = None,
+                 atomic_eth: AtomicEth | None = None, atomic_ack_eth: AtomicAckEth | None = None,
+                 imm_dt: ImmDt | None = None, deth: Deth | None = None) -> None:
+        """Encode one packet (with its ICRC) for ``qp`` and queue it."""
+        if dst_ip is None:
+            return
+        src_port = qp.udp_src_port
+        data = build_roce_udp_payload(src_ip=self.local_ip, dst_ip=dst_ip, src_port=src_port,
+                                      bth=bth, reth=reth, aeth=aeth, atomic_eth=atomic_eth,
+                                      atomic_ack_eth=atomic_ack_eth, imm_dt=imm_dt, deth=deth,
+                                      payload=payload)
+        self._outbox.append(OutgoingDatagram(dst_ip, src_port, qp.attrs.dscp, qp.attrs.ecn,
+                                             data))
+
+    def datagrams_to_send(self, now_ns: int,
+                          max_datagrams: int | None = None) -> list[OutgoingDatagram]:
+        """Everything ready to go now: responses first, then new and retransmitted requests."""
+        budget = 1 << 30 if max_datagrams is None else max_datagrams
+        if self._ready:
+            for qpn, qp in list(self._ready.items()):
+                room = budget - len(self._outbox)
+                if room <= 0:
+                    break
+                if qp.state in SEND_STATES:
+                    sent = qp.requester.generate(now_ns, room)
+                    if sent >= room:
+                        continue  # more may follow; keep it ready
+                del self._ready[qpn]
+        if max_datagrams is None or len(self._outbox) <= max_datagrams:
+            out, self._outbox = self._outbox, []
+        else:
+            out, self._outbox = self._outbox[:max_datagrams], self._outbox[max_datagrams:]
+        self.stats.datagrams_sent += len(out)
+        return out
+
+    # -- timers --------------------------------------------------------------------------
+
+    def get_timer(self) -> int | None:
+        """The earliest deadline (ns) at which ``handle_timer`` must be called, or None."""
+        best: int | None = None
+        for qp in self._qps.values():
+            if qp.qp_type is QpType.RC and qp.state in SEND_STATES:
+                d = qp.requester.recovery.deadline_ns()
+                if d is not None and (best is None or d < best):
+                    best = d
+        return best
+
+    def handle_timer(self, now_ns: int) -> None:
+        for qp in list(self._qps.values()):
+            if qp.qp_type is QpType.RC and qp.state in SEND_STATES:
+                recovery = qp.requester.recovery
+                d = recovery.deadline_ns()
+                if d is not None and d <= now_ns:
+                    recovery.on_timer(now_ns)
+
+    # -- input ---------------------------------------------------------------------------
+
+    def receive_ip_packet(self, ip_packet: bytes | bytearray | memoryview, now_ns: int) -> None:
+        """Receive a whole IPv4/IPv6 packet (AF_PACKET/raw drivers): ICRC verified as sent."""
+        data = bytes(ip_packet)
+        try:
+            if data[0] >> 4 == 4:
+                ip4 = Ipv4.decode(data)
+                ip_bytes = ip4.header_bytes
+                src: IpAddress = ip4.src_ip
+                end = min(len(data), ip4.total_length)
+            else:
+                ip6 = Ipv6.decode(data)
+                ip_bytes = 40
+                src = ip6.src_ip
+                end = min(len(data), 40 + ip6.payload_length)
+            udp = Udp.decode(data, ip_bytes)
+        except (DecodeError, EncodeError, IndexError):
+            self.stats.dropped_malformed += 1
+            return
+        if udp.dst_port != ROCEV2_UDP_PORT:
+            self.stats.dropped_malformed += 1
+            return
+        if self.verify_icrc and (end - ip_bytes < 8 + 16 or not verify_icrc(data[:end])):
+            self.stats.dropped_icrc += 1
+            return
+        self._dispatch(data[ip_bytes + 8 : end], src, now_ns)
+
+    def receive_datagram(self, udp_payload: bytes | bytearray | memoryview,
+                         src_ip: IpAddress | str, now_ns: int, src_port: int | None = None, *,
+                         ip_id: int | None = 0, dont_fragment: bool = True) -> None:
+        """Receive one UDP payload (BTH .. ICRC) that arrived from ``src_ip``:``src_port``."""
+        data = bytes(udp_payload)
+        src = _ip(src_ip)
+        if (self.verify_icrc and src_port is not None and ip_id is not None
+                and not self._icrc_ok(data, src, src_port, ip_id, dont_fragment)):
+            self.stats.dropped_icrc += 1
+            return
+        self._dispatch(data, src, now_ns)
+
+    def _icrc_ok(self, data: bytes, src: IpAddress, src_port: int, ip_id: int,
+                 dont_fragment: bool) -> bool:
+        if len(data) < 16:
+            return False
+        udp_len = 8 + len(data)
+        udp = Udp(src_port, ROCEV2_UDP_PORT, udp_len, 0).encode()
+        try:
+            if isinstance(src, ipaddress.IPv4Address) and isinstance(
+                self.local_ip, ipaddress.IPv4Address
+            ):
+                hdr = Ipv4(src, self.local_ip, IpProto.UDP, total_length=20 + udp_len,
+                           identification=ip_id, dont_fragment=dont_fragment,
+                           checksum=0).encode()
+            elif isinstance(src, ipaddress.IPv6Address) and isinstance(
+                self.local_ip, ipaddress.IPv6Address
+            ):
+                hdr = Ipv6(src, self.local_ip, IpProto.UDP, 0, Ecn.NOT_ECT, 0, udp_len, 64).encode()
+            else:
+                return False
+        except EncodeError:
+            return False
+        packet = hdr + udp + data
+        return compute_icrc(memoryview(packet)[:-4]) == int.from_bytes(data[-4:], "little")
+
+    def _dispatch(self, data: bytes, src: IpAddress, now_ns: int) -> None:
+        self.stats.datagrams_received += 1
+        try:
+            hdrs, payload, _icrc = decode_roce(data)
+        except (DecodeError, EncodeError):
+            self.stats.dropped_malformed += 1
+            return
+        bth = hdrs.bth
+        qp = self._qps.get(bth.dest_qp)
+        if qp is None:
+            self.stats.dropped_unknown_qp += 1
+            return
+        info = bth.info
+        transport = info.transport
+        if transport is Transport.CNP:
+            return  # congestion notifications: no rate control in the soft engine
+        if int(transport) != _TRANSPORT_OF[qp.qp_type] or qp.state not in RECEIVE_STATES:
+            self.stats.dropped_state += 1
+            return
+        if qp.qp_type is not QpType.UD and (
+            src != qp.attrs.remote_ip or bth.pkey != qp.attrs.pkey
+        ):
+            # rxe accepts a connected QP's packets only from its remote GID.
+            self.stats.dropped_state += 1
+            return
+        if info.is_response:
+            if qp.qp_type is not QpType.RC or qp.state not in SEND_STATES:
+                self.stats.dropped_state += 1
+                return
+            original = hdrs.atomic_ack_eth.original_remote_data if (
+                hdrs.atomic_ack_eth is not None) else None
+            if not self._completers[qp.qp_num].on_response(bth, hdrs.aeth, payload, original,
+                                                           now_ns):
+                self.stats.dropped_response += 1
+            return
+        qp.responder.on_request(hdrs, payload, src)
+
+
+_TRANSPORT_OF = {QpType.RC: int(Transport.RC), QpType.UC: int(Transport.UC),
+                 QpType.UD: int(Transport.UD)}
+
+__all__ = [
+    "CompletionQueue",
+    "EngineStats",
+    "OutgoingDatagram",
+    "RoceEngine",
+    "SharedReceiveQueue",
+    "WcOpcode",
+    "WcStatus",
+]

@@ -1,0 +1,180 @@
+"""Work requests, completions and their ibverbs-compatible enumerations.
+
+Values equal the libibverbs ones (``enum ibv_wr_opcode``, ``ibv_wc_status``,
+``ibv_wc_opcode``, ``ibv_wc_flags``) so that a verbs backend and the soft engine
+report identical numbers.
+"""
+
+from __future__ import annotations
+
+import enum
+import ipaddress
+from dataclasses import dataclass
+
+from netio.errors import NetioError
+from netio.roce.memory import Sge
+
+IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+MAX_MESSAGE_BYTES = 1 << 31  # IBTA §9.4: a message is at most 2**31 bytes
+ATOMIC_OPERAND_BYTES = 8
+
+
+class RoceError(NetioError, ValueError):
+    """A local verbs call was invalid (bad state, bad work request...)."""
+
+
+class WrOpcode(enum.IntEnum):
+    """``enum ibv_wr_opcode``."""
+
+    RDMA_WRITE = 0
+    RDMA_WRITE_WITH_IMM = 1
+    SEND = 2
+    SEND_WITH_IMM = 3
+    RDMA_READ = 4
+    ATOMIC_CMP_AND_SWP = 5
+    ATOMIC_FETCH_AND_ADD = 6
+
+
+class WcStatus(enum.IntEnum):
+    """``enum ibv_wc_status``."""
+
+    SUCCESS = 0
+    LOC_LEN_ERR = 1
+    LOC_QP_OP_ERR = 2
+    LOC_EEC_OP_ERR = 3
+    LOC_PROT_ERR = 4
+    WR_FLUSH_ERR = 5
+    MW_BIND_ERR = 6
+    BAD_RESP_ERR = 7
+    LOC_ACCESS_ERR = 8
+    REM_INV_REQ_ERR = 9
+    REM_ACCESS_ERR = 10
+    REM_OP_ERR = 11
+    RETRY_EXC_ERR = 12
+    RNR_RETRY_EXC_ERR = 13
+    LOC_RDD_VIOL_ERR = 14
+    REM_INV_RD_REQ_ERR = 15
+    REM_ABORT_ERR = 16
+    INV_EECN_ERR = 17
+    INV_EEC_STATE_ERR = 18
+    FATAL_ERR = 19
+    RESP_TIMEOUT_ERR = 20
+    GENERAL_ERR = 21
+
+
+class WcOpcode(enum.IntEnum):
+    """``enum ibv_wc_opcode``."""
+
+    SEND = 0
+    RDMA_WRITE = 1
+    RDMA_READ = 2
+    COMP_SWAP = 3
+    FETCH_ADD = 4
+    RECV = 128
+    RECV_RDMA_WITH_IMM = 129
+
+
+class WcFlags(enum.IntFlag):
+    """``enum ibv_wc_flags`` (the subset the engine produces)."""
+
+    NONE = 0
+    GRH = 1
+    WITH_IMM = 2
+
+
+SEND_WC_OPCODE: dict[WrOpcode, WcOpcode] = {
+    WrOpcode.RDMA_WRITE: WcOpcode.RDMA_WRITE,
+    WrOpcode.RDMA_WRITE_WITH_IMM: WcOpcode.RDMA_WRITE,
+    WrOpcode.SEND: WcOpcode.SEND,
+    WrOpcode.SEND_WITH_IMM: WcOpcode.SEND,
+    WrOpcode.RDMA_READ: WcOpcode.RDMA_READ,
+    WrOpcode.ATOMIC_CMP_AND_SWP: WcOpcode.COMP_SWAP,
+    WrOpcode.ATOMIC_FETCH_AND_ADD: WcOpcode.FETCH_ADD,
+}
+
+READ_OR_ATOMIC = frozenset(
+    {WrOpcode.RDMA_READ, WrOpcode.ATOMIC_CMP_AND_SWP, WrOpcode.ATOMIC_FETCH_AND_ADD}
+)
+ATOMICS = frozenset({WrOpcode.ATOMIC_CMP_AND_SWP, WrOpcode.ATOMIC_FETCH_AND_ADD})
+
+
+@dataclass(frozen=True, slots=True)
+class UdAddress:
+    """The destination of a UD send (the address handle plus remote QPN and Q_Key)."""
+
+    ip: IpAddress
+    qpn: int
+    qkey: int
+
+
+@dataclass(frozen=True, slots=True)
+class SendWr:
+    """A send work request (``struct ibv_send_wr``).
+
+    ``sg_list`` gathers the payload (SEND/WRITE), or scatters the data (READ) or the
+    8-byte original value (atomics, stored in host byte order, little-endian, as the
+    kernel does). ``imm_data`` is the 32-bit immediate as carried on the wire.
+    """
+
+    wr_id: int
+    opcode: WrOpcode
+    sg_list: tuple[Sge, ...] = ()
+    remote_addr: int = 0
+    rkey: int = 0
+    imm_data: int | None = None
+    compare_add: int = 0
+    swap: int = 0
+    signaled: bool = True
+    solicited: bool = False
+    fence: bool = False
+    ud: UdAddress | None = None
+
+    def __post_init__(self) -> None:
+        op = WrOpcode(self.opcode)
+        with_imm = op in (WrOpcode.SEND_WITH_IMM, WrOpcode.RDMA_WRITE_WITH_IMM)
+        if with_imm != (self.imm_data is not None):
+            raise RoceError(f"{op.name}: imm_data must be given exactly for *_WITH_IMM")
+        if self.imm_data is not None and not 0 <= self.imm_data <= 0xFFFFFFFF:
+            raise RoceError("imm_data does not fit 32 bits")
+        for name in ("compare_add", "swap", "remote_addr"):
+            if not 0 <= getattr(self, name) < 1 << 64:
+                raise RoceError(f"{name} does not fit 64 bits")
+        if not 0 <= self.rkey <= 0xFFFFFFFF:
+            raise RoceError("rkey does not fit 32 bits")
+        if op in ATOMICS and sum(s.length for s in self.sg_list) != ATOMIC_OPERAND_BYTES:
+            raise RoceError(f"{op.name}: the local buffer must be exactly 8 bytes")
+        if self.length_bytes > MAX_MESSAGE_BYTES:
+            raise RoceError(f"message of {self.length_bytes} bytes exceeds 2**31")
+
+    @property
+    def length_bytes(self) -> int:
+        """Total length of the scatter/gather list."""
+        return sum(s.length for s in self.sg_list)
+
+
+@dataclass(frozen=True, slots=True)
+class RecvWr:
+    """A receive work request (``struct ibv_recv_wr``)."""
+
+    wr_id: int
+    sg_list: tuple[Sge, ...] = ()
+
+    @property
+    def length_bytes(self) -> int:
+        """Capacity of the scatter list."""
+        return sum(s.length for s in self.sg_list)
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """A work completion (``struct ibv_wc``)."""
+
+    wr_id: int
+    status: WcStatus
+    opcode: WcOpcode
+    qp_num: int
+    byte_len: int = 0
+    imm_data: int | None = None
+    src_qp: int = 0
+    wc_flags: WcFlags = WcFlags.NONE
