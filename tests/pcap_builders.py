@@ -7,15 +7,15 @@ netio never writes.
 
 from __future__ import annotations
 
+import io
 import struct
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from netio.errors import CaptureError, CaptureWarning
-from netio.pcap import CaptureScanner, open_capture
-from netio.pcap.scan import ScanColumns
+from netio.pcap import CaptureScanner, ScanColumns, open_capture
+from netio.wire.link import LinkType
 
 
 def pcap_file(records: Iterable[tuple[int, int, bytes, int]], *, big_endian: bool = False,
@@ -101,6 +101,37 @@ def frames(n: int, *, size: int = 60) -> list[bytes]:
     return [bytes((i * 7 + j) & 0xFF for j in range(size + i % 5)) for i in range(n)]
 
 
+def _pcapng_sample(big_endian: bool) -> bytes:
+    f = frames(5, size=40)
+    other = not big_endian
+    return b"".join([
+        shb(big_endian=big_endian),
+        idb(LinkType.ETHERNET, tsresol=9, big_endian=big_endian),
+        idb(LinkType.RAW, tsresol=0x80 | 24, tsoffset_s=-3, big_endian=big_endian),
+        epb(1, 77 << 24, f[0], big_endian=big_endian),
+        block(4, bytes(8), big_endian=big_endian),
+        epb(0, 1_700_000_000_123_456_789, f[1], 100, big_endian=big_endian),
+        shb(big_endian=other),
+        idb(LinkType.LINUX_SLL, snaplen=30, big_endian=other),
+        spb(f[2], big_endian=other),
+        packet_block(0, 5, f[3], big_endian=other),
+        epb(0, 6, f[4], big_endian=other),
+    ])
+
+
+#: Small valid captures: classic pcap in both byte orders and resolutions, and
+#: two-section pcapng (EPB, SPB, PB, an NRB to skip) in both byte orders.
+SAMPLES = {
+    "pcap-us-le": pcap_file([(i, 999_999 - i, f, len(f) + i)
+                             for i, f in enumerate(frames(6, size=30))], nanosecond=False),
+    "pcap-ns-be": pcap_file([(1_700_000_000 + i, i * 3, f, len(f))
+                             for i, f in enumerate(frames(6, size=30))], big_endian=True,
+                            linktype=LinkType.LINUX_SLL2),
+    "pcapng-le": _pcapng_sample(False),
+    "pcapng-be": _pcapng_sample(True),
+}
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What a reader made of some bytes: the packets, the damage, or the open error."""
@@ -111,9 +142,7 @@ class Outcome:
 
 
 def read_streaming(data: bytes, *, strict: bool = False) -> Outcome:
-    import io
-    import warnings
-
+    """Read ``data`` with ``open_capture`` (damage as warnings)."""
     try:
         reader = open_capture(io.BytesIO(data), strict=strict)
     except CaptureError as error:
@@ -127,8 +156,7 @@ def read_streaming(data: bytes, *, strict: bool = False) -> Outcome:
 
 def read_scanner(data: bytes, *, native_scan: bool, chunk_sizes: Sequence[int] = (1 << 16,),
                  strict: bool = False) -> Outcome:
-    import warnings
-
+    """Read ``data`` with ``CaptureScanner.fill``, in chunks of the given sizes in turn."""
     try:
         scanner = CaptureScanner(data, strict=strict, native_scan=native_scan)
     except CaptureError as error:
@@ -148,9 +176,3 @@ def read_scanner(data: bytes, *, native_scan: bool, chunk_sizes: Sequence[int] =
                                 int(out.linktype[i]), int(out.interface_id[i])))
         return Outcome(tuple(packets), None if scanner.damage is None else str(scanner.damage),
                        None)
-
-
-def columns_dtype_ok(out: ScanColumns) -> bool:
-    return (out.ts_ns.dtype == np.int64 and out.frame_offset.dtype == np.int64
-            and out.caplen.dtype == np.uint32 and out.orig_len.dtype == np.uint32
-            and out.linktype.dtype == np.uint16 and out.interface_id.dtype == np.uint32)

@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pcap_builders import Outcome, read_scanner, read_streaming
-from test_pcap_scan import SAMPLES
+from pcap_builders import SAMPLES, Outcome, read_scanner, read_streaming
 
 from netio.errors import CaptureError, CaptureWarning
 from netio.pcap import CaptureScanner, open_capture

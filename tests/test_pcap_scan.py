@@ -9,23 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from pcap_builders import (
-    block,
-    epb,
-    frames,
-    idb,
-    packet_block,
-    pcap_file,
-    read_scanner,
-    read_streaming,
-    shb,
-    spb,
-)
+from pcap_builders import SAMPLES, read_scanner, read_streaming
 
 from netio import native
 from netio.errors import CaptureError, CaptureWarning
 from netio.pcap import CaptureFormat, CaptureScanner, ScanColumns, open_capture, scan_capture
-from netio.wire.link import LinkType
 
 REF = Path(__file__).resolve().parents[1] / ".." / "shared" / "rxe-lab" / "ref-rxe-rc.pcap"
 
@@ -34,35 +22,6 @@ def test_native_scanner_is_built() -> None:
     # CI builds netio._native; the parity tests below would otherwise compare the
     # reference with itself.
     assert native.AVAILABLE
-
-
-def _pcapng_sample(big_endian: bool) -> bytes:
-    f = frames(5, size=40)
-    other = not big_endian
-    return b"".join([
-        shb(big_endian=big_endian),
-        idb(LinkType.ETHERNET, tsresol=9, big_endian=big_endian),
-        idb(LinkType.RAW, tsresol=0x80 | 24, tsoffset_s=-3, big_endian=big_endian),
-        epb(1, 77 << 24, f[0], big_endian=big_endian),
-        block(4, bytes(8), big_endian=big_endian),
-        epb(0, 1_700_000_000_123_456_789, f[1], 100, big_endian=big_endian),
-        shb(big_endian=other),
-        idb(LinkType.LINUX_SLL, snaplen=30, big_endian=other),
-        spb(f[2], big_endian=other),
-        packet_block(0, 5, f[3], big_endian=other),
-        epb(0, 6, f[4], big_endian=other),
-    ])
-
-
-SAMPLES = {
-    "pcap-us-le": pcap_file([(i, 999_999 - i, f, len(f) + i)
-                             for i, f in enumerate(frames(6, size=30))], nanosecond=False),
-    "pcap-ns-be": pcap_file([(1_700_000_000 + i, i * 3, f, len(f))
-                             for i, f in enumerate(frames(6, size=30))], big_endian=True,
-                            linktype=LinkType.LINUX_SLL2),
-    "pcapng-le": _pcapng_sample(False),
-    "pcapng-be": _pcapng_sample(True),
-}
 
 
 def _all_agree(data: bytes) -> None:

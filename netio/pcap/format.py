@@ -2,8 +2,8 @@
 
 The streaming readers, the pure-Python reference scanner and the native
 scanner (``native/pcapscan.c``) all stop on damage with one of the
-``ScanStatus`` codes below and turn it into a ``CaptureError`` with
-``damage_error``, so the three report the same damage with the same words.
+``ScanStatus`` codes below; ``Damage`` turns a status into the words of the
+``CaptureError``, so the three report the same damage in the same way.
 
 References: classic pcap and pcapng as in draft-ietf-opsawg-pcap and
 draft-ietf-opsawg-pcapng (the formats libpcap and Wireshark write).

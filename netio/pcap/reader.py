@@ -40,22 +40,20 @@ class CaptureReader:
         self.damage: CaptureError | None = None
         self._file = file
         self._owns_file = owns_file
-        head = file.read(4)
+        src = ByteSource(file)
+        head = src.peek(PcapHeader.SIZE_BYTES)
         if not head:
             raise CaptureError("empty file, not a capture", path=path, record_index=0,
                                byte_offset=0)
         if pcapng.is_pcapng_magic(head):
             self.format = CaptureFormat.PCAPNG
             self.pcap_header: PcapHeader | None = None
-            records = pcapng.iter_records(ByteSource(file, initial=head), path=path)
+            records = pcapng.iter_records(src, path=path)
         else:
-            if pcap.is_pcap_magic(head):
-                head += file.read(PcapHeader.SIZE_BYTES - len(head))
             self.pcap_header = PcapHeader.decode(head, path=path)
             self.format = CaptureFormat.PCAP
-            records = pcap.iter_records(
-                ByteSource(file, initial=b"", start_offset=PcapHeader.SIZE_BYTES),
-                self.pcap_header, path=path)
+            src.read(PcapHeader.SIZE_BYTES)
+            records = pcap.iter_records(src, self.pcap_header, path=path)
         self._records = self._guard(records)
 
     def _guard(self, records: Iterator[Record]) -> Iterator[Record]:

@@ -22,12 +22,11 @@ class ByteSource:
 
     __slots__ = ("_buf", "_eof", "_file", "_pos", "_start")
 
-    def __init__(self, file: BinaryIO, *, initial: bytes = b"", start_offset: int = 0) -> None:
-        """``initial``: bytes already read from the file, which start at ``start_offset``."""
+    def __init__(self, file: BinaryIO) -> None:
         self._file = file
-        self._buf = initial
+        self._buf = b""
         self._pos = 0
-        self._start = start_offset  # file offset of _buf[0]
+        self._start = 0  # file offset of _buf[0]
         self._eof = False
 
     @property
@@ -47,6 +46,12 @@ class ByteSource:
         data = self._buf[pos:pos + n]
         self._pos = pos + len(data)
         return data
+
+    def peek(self, n: int) -> bytes:
+        """The next ``n`` bytes (fewer at end of file), without consuming them."""
+        if self._pos + n > len(self._buf):
+            self._fill(n)
+        return self._buf[self._pos:self._pos + n]
 
     def _fill(self, n: int) -> None:
         rest = self._buf[self._pos:]
