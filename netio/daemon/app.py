@@ -157,7 +157,7 @@ class Daemon:
         self.jobs = jobs_factory(config)
         self.health: dict[str, _Health] = {}
         self.collections: dict[str, Collection] = {}
-        self.derivation = derived.Derivation()
+        self.derivation = derived.Derivation(self._alarm_metrics(config))
         self.watchdog = PfcWatchdog(self._wd_config(config))
         self.capture = CaptureManager(config.capture)
         self.alarms: dict[str, _AlarmState] = {}
@@ -180,6 +180,10 @@ class Daemon:
     def _load_web(config: Config) -> WebConfig:
         path = config.daemon.web_config_file
         return load_web_config(path) if path else WebConfig()
+
+    @staticmethod
+    def _alarm_metrics(config: Config) -> frozenset[str]:
+        return frozenset(a.metric for a in config.alarms if a.rate_above is not None)
 
     @staticmethod
     def _wd_config(config: Config) -> WatchdogConfig:
@@ -205,6 +209,7 @@ class Daemon:
         self.web_config = web
         self.jobs = self.jobs_factory(new)
         self.watchdog.config = self._wd_config(new)
+        self.derivation.wanted = derived.RATE_SPECS | self._alarm_metrics(new)
         self.capture.config = new.capture
         self.collections = {k: v for k, v in self.collections.items()
                             if k in {j.name for j in self.jobs}}

@@ -231,8 +231,9 @@ class _Table:
 
 def _listen(value: str, key: str) -> str:
     _host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(key, f"must be HOST:PORT with a port 1..65535, got {value!r}")
+    # Port 0 asks the kernel for a free port (the "started" log line names it).
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ConfigError(key, f"must be HOST:PORT with a port 0..65535, got {value!r}")
     return value
 
 

@@ -53,7 +53,9 @@ class WatchInput:
 class Derivation:
     """Keeps the counter history and the latest rates of each collector."""
 
-    def __init__(self) -> None:
+    def __init__(self, extra_metrics: frozenset[str] = frozenset()) -> None:
+        # Metrics whose rates something else needs (alarms), beyond RATE_SPECS.
+        self.wanted = RATE_SPECS | extra_metrics
         self._history: dict[str, CounterRates] = {}
         self.rates: dict[str, dict[Key, float]] = {}
 
@@ -62,7 +64,7 @@ class Derivation:
         keep: set[Hashable] = set()
         history = self._history.setdefault(col.collector, CounterRates())
         for s in col.samples:
-            if s.spec.name not in RATE_SPECS:
+            if s.spec.name not in self.wanted:
                 continue
             key = s.key
             keep.add(key)
