@@ -122,7 +122,9 @@ class Completer:
                 return True
             code = aeth.nak_code
             if code == NakCode.PSN_SEQUENCE_ERROR:
-                req.recovery.retry(psn)
+                # Go back to the oldest unacknowledged PSN: that is ``psn`` unless an
+                # unanswered READ/atomic before it holds comp_psn back (implied NAK).
+                req.recovery.retry(req.comp_psn)
                 return True
             if req.wqes and req.wqes[0].started and psn_in_range(
                 psn, req.wqes[0].first_psn, req.wqes[0].last_psn
