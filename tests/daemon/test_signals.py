@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from netio.daemon.watchdog import PfcWatchdog, StormEventKind, StormKey, StormState, \
-    WatchdogConfig
+from netio.daemon.watchdog import PfcWatchdog, StormEventKind, StormKey, StormState, WatchdogConfig
 from netio.telemetry import derived
 from netio.telemetry import metrics as m
-from netio.telemetry.dcb import DcbError, parse_ieee_reply
+from netio.telemetry.dcb import DcbError, IeeePfc, build_ieee_reply, parse_ieee_reply
 from netio.telemetry.rates import CounterRates, counter_delta
 from netio.telemetry.sample import Collection, Sample
 
@@ -159,8 +160,20 @@ def test_derived_frames_estimate_when_no_duration() -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=400))
-def test_dcb_parser_fuzz(data: bytes) -> None:
-    try:
+def test_dcb_parser_fuzz_random(data: bytes) -> None:
+    with contextlib.suppress(DcbError):
         parse_ieee_reply(data)
-    except DcbError:
-        pass
+
+
+_GOOD = build_ieee_reply("eth0", 1, IeeePfc(8, 8, 0, 0, (1,) * 8, (2,) * 8))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, len(_GOOD) - 1), st.integers(0, 255)), max_size=6),
+       st.integers(0, len(_GOOD)))
+def test_dcb_parser_fuzz_mutated(edits: list[tuple[int, int]], cut: int) -> None:
+    buf = bytearray(_GOOD)
+    for pos, val in edits:
+        buf[pos] = val
+    with contextlib.suppress(DcbError):
+        parse_ieee_reply(bytes(buf[:cut]))
