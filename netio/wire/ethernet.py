@@ -66,9 +66,15 @@ class Ethernet:
     SIZE_BYTES: ClassVar[int] = 14
 
     def __post_init__(self) -> None:
-        check_mac("Ethernet", "dst_mac", self.dst_mac)
-        check_mac("Ethernet", "src_mac", self.src_mac)
-        if not isinstance(self.ethertype, int) or not 0 <= self.ethertype <= 0xFFFF:
+        try:
+            ok = (type(self.dst_mac) is bytes and len(self.dst_mac) == 6
+                  and type(self.src_mac) is bytes and len(self.src_mac) == 6
+                  and 0 <= self.ethertype <= 0xFFFF)
+        except TypeError:
+            ok = False
+        if not ok:
+            check_mac("Ethernet", "dst_mac", self.dst_mac)
+            check_mac("Ethernet", "src_mac", self.src_mac)
             raise EncodeError("Ethernet", f"ethertype={self.ethertype!r} does not fit in 16 bits")
 
     def encode(self) -> bytes:

@@ -108,6 +108,19 @@ class Ipv4:
         try:
             ok = (0 <= self.protocol <= 0xFF and 0 <= self.dscp <= 63 and 0 <= self.ecn <= 3
                   and 0 <= self.total_length <= 0xFFFF and 0 <= self.identification <= 0xFFFF
+                  and 0 <= self.ttl <= 0xFF and 0 <= self.fragment_offset <= 0x1FFF
+                  and type(self.src_ip) is IPv4Address and type(self.dst_ip) is IPv4Address
+                  and (self.checksum is None or 0 <= self.checksum <= 0xFFFF)
+                  and not self.options)
+        except TypeError:
+            ok = False
+        if not ok:
+            self._check_slow()
+
+    def _check_slow(self) -> None:
+        try:
+            ok = (0 <= self.protocol <= 0xFF and 0 <= self.dscp <= 63 and 0 <= self.ecn <= 3
+                  and 0 <= self.total_length <= 0xFFFF and 0 <= self.identification <= 0xFFFF
                   and 0 <= self.ttl <= 0xFF and 0 <= self.fragment_offset <= 0x1FFF)
         except TypeError:
             ok = False
@@ -118,7 +131,7 @@ class Ipv4:
             raise EncodeError("IPv4", f"checksum={self.checksum!r} does not fit in 16 bits")
         if not isinstance(self.src_ip, IPv4Address) or not isinstance(self.dst_ip, IPv4Address):
             raise EncodeError("IPv4", "src_ip and dst_ip must be IPv4Address")
-        if len(self.options) % 4 or len(self.options) > 40:
+        if not isinstance(self.options, bytes) or len(self.options) % 4 or len(self.options) > 40:
             raise EncodeError("IPv4", f"options must be a multiple of 4 bytes up to 40, "
                                       f"got {len(self.options)}")
 
