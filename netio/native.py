@@ -7,21 +7,24 @@ debugging and for the parity tests).
 
 from __future__ import annotations
 
+import importlib
 import os
 from typing import Any
 
+
+def _load() -> tuple[Any, Any]:
+    if os.environ.get("NETIO_PURE") == "1":
+        return None, None
+    try:
+        module = importlib.import_module("netio._native")
+    except ImportError:  # built without a compiler, or imported from a bare source tree
+        return None, None
+    return module.ffi, module.lib
+
+
 ffi: Any
 lib: Any
-
-if os.environ.get("NETIO_PURE") == "1":
-    ffi = None
-    lib = None
-else:
-    try:
-        from netio._native import ffi, lib
-    except ImportError:  # built without a compiler, or imported from a bare source tree
-        ffi = None
-        lib = None
+ffi, lib = _load()
 
 #: True when the compiled module is loaded and in use.
 AVAILABLE: bool = lib is not None
