@@ -28,6 +28,7 @@ from netio.wire.ext import (
     ImmDt,
     NakCode,
     Reth,
+    rnr_timer_ns,
     rnr_timer_s,
 )
 from netio.wire.icrc import compute_icrc, crc32, crc32_reference, verify_icrc
@@ -50,8 +51,10 @@ from netio.wire.pfc import (
     PfcFrame,
     build_pause_frame,
     build_pfc_frame,
+    decode_mac_control,
     quanta_to_ns,
     quanta_to_s,
+    s_to_quanta,
 )
 from netio.wire.udp import ROCEV2_UDP_PORT, Udp
 
@@ -105,12 +108,15 @@ __all__ = [
     "crc32",
     "crc32_reference",
     "decode_frame",
+    "decode_mac_control",
     "decode_roce",
     "format_mac",
     "opcode_info",
     "parse_mac",
     "quanta_to_ns",
     "quanta_to_s",
+    "rnr_timer_ns",
     "rnr_timer_s",
+    "s_to_quanta",
     "verify_icrc",
 ]
