@@ -459,7 +459,8 @@ def _cnps(ce_ts: I64, flow: FlowSpec, truth: FlowTruth) -> I64:
     last = -(1 << 62)
     first_unanswered: int | None = None
     for t in ce_ts.tolist():
-        if first_unanswered is None:
+        # A CE that arrives before the last CNP left is answered by it.
+        if first_unanswered is None and (not out or t > out[-1]):
             first_unanswered = t
         if t >= last + flow.cnp_interval_ns:
             c = t + flow.cnp_delay_ns
