@@ -69,6 +69,49 @@ size_t netio_pcap_scan(const uint8_t *buf, size_t len, netio_pcap_scan_state *st
                        size_t max_records, int64_t *ts_ns, int64_t *frame_offset,
                        uint32_t *caplen, uint32_t *orig_len, uint16_t *linktype,
                        uint32_t *interface_id);
+/* Capture analysis (native/analyze_extract.c, analyze_flows.c; Python side
+ * netio/analyze/extract.py). One pointer per column, n entries each
+ * (quanta: 8 per entry); see netio.analyze.columns for the meaning. */
+typedef struct {
+    int64_t *ts_ns;
+    uint64_t *src_mac;
+    uint64_t *dst_mac;
+    uint32_t *src_ip;
+    uint32_t *dst_ip;
+    uint32_t *dest_qp;
+    uint32_t *psn;
+    uint32_t *msn;
+    uint32_t *reth_len;
+    uint32_t *payload_bytes;
+    uint32_t *frame_bytes;
+    uint16_t *vlan;
+    uint8_t *kind;
+    uint8_t *flags;
+    uint8_t *pcp;
+    uint8_t *ecn;
+    uint8_t *opcode;
+    uint8_t *syndrome;
+    uint8_t *pfc_cev;
+    uint16_t *quanta;
+} netio_analyze_columns;
+/* Classify and extract n frames at buf + frame_offset[i] (caplen[i] bytes
+ * captured of orig_len[i]); ts_ns is left to the caller. Returns n. */
+size_t netio_analyze_extract(const uint8_t *buf, size_t buf_len, const int64_t *frame_offset,
+                             const uint32_t *caplen, const uint32_t *orig_len,
+                             const uint16_t *linktype, size_t n, int verify_icrc,
+                             netio_analyze_columns *out);
+/* out[6]: valid, extension header bytes, has payload, RETH offset, AETH
+ * offset (after the BTH, -1 if none), UD, as the extractor uses them. */
+void netio_analyze_opcode_layout(uint8_t opcode, int32_t *out);
+/* Flow ids: (src IP, dst IP, dest QP) -> dense id, kept across calls. */
+typedef struct netio_flow_table netio_flow_table;
+netio_flow_table *netio_flow_table_new(void);
+void netio_flow_table_free(netio_flow_table *t);
+size_t netio_flow_table_len(const netio_flow_table *t);
+void netio_flow_table_keys(const netio_flow_table *t, size_t lo, size_t hi, uint32_t *out);
+/* out[i] = id of row i's flow (kind 1 = RoCE), -1 for other rows; 0 or -1 (no memory). */
+int netio_flow_ids(netio_flow_table *t, const uint8_t *kind, const uint32_t *src_ip,
+                   const uint32_t *dst_ip, const uint32_t *dest_qp, size_t n, int32_t *out);
 /* CDEF END */
 
 #endif
