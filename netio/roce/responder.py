@@ -9,8 +9,9 @@ alignment) before any byte is written, MSN, and ACKs only where the requester as
 NAK and move the QP to ERR.
 
 UC: no ACK/NAK; a PSN gap or a missing receive drops the whole message (the next
-FIRST/ONLY resynchronises). UD: Q_Key check, one packet per message, a 40-byte GRH
-area in front of the data as verbs delivers it.
+FIRST/ONLY resynchronises); packets with an older PSN are duplicates and are dropped.
+UD: Q_Key check, one packet per message, a 40-byte GRH area in front of the data as
+verbs delivers it.
 """
 
 from __future__ import annotations
@@ -472,6 +473,11 @@ class Responder:
         info = bth.info
         position = info.position
         starts = position in (Position.FIRST, Position.ONLY)
+        if psn_diff(bth.psn, self.expected_psn) < 0:
+            # An old PSN is a duplicate: drop it and keep the message in progress (rxe would
+            # take a duplicated FIRST/ONLY as a new message; delivering twice is worse).
+            self.duplicates += 1
+            return
         if bth.psn != self.expected_psn or self.uc_dropping:
             # IBTA §9.8.3: a lost packet kills the message in progress; resynchronise on
             # the next FIRST/ONLY.
