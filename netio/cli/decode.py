@@ -1,0 +1,175 @@
+"""``netio decode CAPTURE``: one line per frame, like ``tcpdump -nn`` for RoCEv2 and PFC.
+
+Each line shows the frame number (1-based), the time since the first frame,
+the addresses, and the decoded RoCEv2 (opcode, dest QP, PSN, AckReq ``A``,
+extension headers, payload bytes, ICRC verdict) or PFC/PAUSE content.
+``--summary`` prints only the per-opcode and per-kind counts.
+
+Exit codes: 0 read to the end; 1 the capture is damaged (the frames before the
+damage were decoded, the warning says where reading stopped); 2 the file
+cannot be read as a capture or the arguments are wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from collections import Counter
+from typing import Any, TextIO
+
+from netio.errors import CaptureError, CaptureWarning, DecodeError
+from netio.pcap import open_capture
+from netio.wire import Frame, decode_frame, format_mac
+from netio.wire.bth import Opcode
+from netio.wire.ext import AckType
+
+EXIT_OK = 0
+EXIT_DAMAGED = 1
+EXIT_UNREADABLE = 2
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "decode", help="decode a capture frame by frame (RoCEv2, CNP, CM MADs, PFC, PAUSE)",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("capture", help="pcap or pcapng file")
+    parser.add_argument("-c", "--count", type=int, default=None, metavar="N",
+                        help="stop after N frames")
+    parser.add_argument("--summary", action="store_true",
+                        help="print only the counts per opcode and frame kind")
+    parser.add_argument("--no-icrc", action="store_true", help="skip ICRC verification")
+    parser.set_defaults(func=run)
+
+
+def describe(frame: Frame, *, check_icrc: bool = True) -> str:
+    """One human line for a decoded frame (without number and time)."""
+    if frame.pfc is not None:
+        src = format_mac(frame.ethernet.src_mac) if frame.ethernet else "?"
+        quanta = " ".join(f"p{p}={q}" for p, q in enumerate(frame.pfc.quanta)
+                          if frame.pfc.enabled(p))
+        return f"{src} PFC cev=0x{frame.pfc.class_enable_vector:02x} {quanta or '(none)'}"
+    if frame.pause is not None:
+        src = format_mac(frame.ethernet.src_mac) if frame.ethernet else "?"
+        return f"{src} PAUSE quanta={frame.pause.quanta}"
+    ip = frame.ip
+    if ip is None:
+        kind = f"ethertype 0x{frame.ethernet.ethertype:04x}" if frame.ethernet else "non-IP"
+        return f"{kind} {len(frame.raw)} bytes"
+    addrs = f"{ip.src_ip}:{frame.udp.src_port} > {ip.dst_ip}" if frame.udp else (
+        f"{ip.src_ip} > {ip.dst_ip}")
+    if frame.roce is None:
+        return f"{addrs} non-RoCE {len(frame.payload)} bytes"
+    roce = frame.roce
+    bth = roce.bth
+    parts = [addrs, f"qp=0x{bth.dest_qp:06x}", f"psn={bth.psn}"]
+    if bth.ack_req:
+        parts.append("A")
+    parts.append(_opcode_name(bth.opcode))
+    if bth.fecn or bth.becn:
+        parts.append("FECN" if bth.fecn else "BECN")
+    if roce.reth is not None:
+        r = roce.reth
+        parts.append(f"RETH(va=0x{r.virtual_address:x} rkey=0x{r.rkey:x} len={r.dma_length})")
+    if roce.aeth is not None:
+        parts.append(_aeth_text(roce.aeth))
+    if roce.atomic_eth is not None:
+        a = roce.atomic_eth
+        parts.append(f"AtomicETH(va=0x{a.virtual_address:x} rkey=0x{a.rkey:x} "
+                     f"add/swap={a.swap_add_data} cmp={a.compare_data})")
+    if roce.atomic_ack_eth is not None:
+        parts.append(f"orig={roce.atomic_ack_eth.original_remote_data}")
+    if roce.imm_dt is not None:
+        parts.append(f"ImmDt(0x{roce.imm_dt.immediate_data:08x})")
+    if roce.ieth is not None:
+        parts.append(f"IETH(rkey=0x{roce.ieth.rkey:x})")
+    if roce.deth is not None:
+        parts.append(f"DETH(qkey=0x{roce.deth.qkey:08x} srcqp=0x{roce.deth.src_qp:x})")
+    if roce.mad is not None:
+        mad = roce.mad
+        attr = mad.cm_message.name if mad.cm_message is not None else f"0x{mad.attribute_id:04x}"
+        parts.append(f"MAD(class=0x{mad.mgmt_class:02x} method=0x{mad.method:02x} attr={attr})")
+    if frame.ecn is not None and frame.ecn == 3:
+        parts.append("CE")
+    parts.append(f"payload={len(frame.payload)}")
+    if check_icrc:
+        verdict = frame.icrc_ok()
+        if verdict is False:
+            parts.append("ICRC-BAD")
+    return " ".join(parts)
+
+
+def _opcode_name(opcode: int) -> str:
+    try:
+        return Opcode(opcode).name
+    except ValueError:
+        return f"opcode-0x{opcode:02x}"
+
+
+def _aeth_text(aeth: Any) -> str:
+    kind = aeth.ack_type
+    if kind == AckType.ACK:
+        return f"AETH(ACK {aeth.credit_count} msn={aeth.msn})"
+    if kind == AckType.RNR_NAK:
+        return f"AETH(RNR_NAK {aeth.rnr_timer_code} msn={aeth.msn})"
+    if kind == AckType.NAK:
+        # The numeric NAK code (IBTA Table 44: 0 = PSN sequence error) as rxe-lab's listing has it.
+        return f"AETH(NAK {int(aeth.nak_code)} msn={aeth.msn})"
+    return f"AETH(reserved syndrome 0x{aeth.syndrome:02x} msn={aeth.msn})"
+
+
+def _kind(frame: Frame) -> str:
+    if frame.pfc is not None:
+        return "PFC"
+    if frame.pause is not None:
+        return "PAUSE"
+    if frame.roce is not None:
+        return _opcode_name(frame.roce.bth.opcode)
+    return "other"
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out if out is not None else sys.stdout
+    counts: Counter[str] = Counter()
+    bad_icrc = 0
+    undecodable = 0
+    damaged = False
+    first_ts: int | None = None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CaptureWarning)
+        try:
+            with open_capture(args.capture) as reader:
+                for n, record in enumerate(reader, start=1):
+                    if args.count is not None and n > args.count:
+                        break
+                    first_ts = record.ts_ns if first_ts is None else first_ts
+                    rel_s = (record.ts_ns - first_ts) / 1e9
+                    try:
+                        frame = decode_frame(record.frame, record.linktype,
+                                             allow_truncated=True)
+                    except DecodeError as exc:
+                        undecodable += 1
+                        counts["undecodable"] += 1
+                        if not args.summary:
+                            print(f"{n:6d} {rel_s:12.6f} undecodable: {exc}", file=out)
+                        continue
+                    counts[_kind(frame)] += 1
+                    if not args.no_icrc and frame.icrc_ok() is False:
+                        bad_icrc += 1
+                    if not args.summary:
+                        line = describe(frame, check_icrc=not args.no_icrc)
+                        print(f"{n:6d} {rel_s:12.6f} {line}", file=out)
+        except CaptureError as exc:
+            print(f"netio decode: {exc}", file=sys.stderr)
+            return EXIT_UNREADABLE
+        except OSError as exc:
+            print(f"netio decode: {args.capture}: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_UNREADABLE
+    for warning in caught:
+        damaged = damaged or issubclass(warning.category, CaptureWarning)
+        print(f"netio decode: warning: {warning.message}", file=sys.stderr)
+    total = sum(counts.values())
+    print(f"{total} frames, {bad_icrc} bad ICRC, {undecodable} undecodable", file=out)
+    for name, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        print(f"  {name:36s} {count}", file=out)
+    return EXIT_DAMAGED if damaged else EXIT_OK
