@@ -1,0 +1,20 @@
+"""The soft RoCE backend: netio's sans-I/O RoCEv2 engine on real UDP sockets.
+
+``SoftRoceDriver`` (driver.py) runs a ``netio.roce.RoceEngine`` on the asyncio
+loop; sockets.py holds the socket set-up (predictable IPv4 header on send, raw
+or UDP receive) and rx_icrc.py the receive-side ICRC checks.
+"""
+
+from netio.backends.soft.driver import DriverConfig, DriverStats, SoftRoceDriver
+from netio.backends.soft.rx_icrc import HeaderlessVerifier
+from netio.backends.soft.sockets import ROCEV2_UDP_PORT, DriverSocketError, RxMode
+
+__all__ = [
+    "ROCEV2_UDP_PORT",
+    "DriverConfig",
+    "DriverSocketError",
+    "DriverStats",
+    "HeaderlessVerifier",
+    "RxMode",
+    "SoftRoceDriver",
+]

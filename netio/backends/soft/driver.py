@@ -1,0 +1,381 @@
+"""The asyncio I/O driver of the soft RoCE engine.
+
+The engine (``netio.roce.RoceEngine``) is sans-I/O; this module gives it
+sockets, a clock and timers (aioquic's ``asyncio/protocol.py`` pattern):
+
+* every received datagram goes to the engine with ``time.monotonic_ns()``;
+* after every batch of input, every posted work request (:meth:`SoftRoceDriver.kick`)
+  and every timer, the driver sends what ``datagrams_to_send`` returns and
+  re-arms one ``loop.call_at`` for the earliest engine deadline;
+* coroutines wait for completions with :meth:`SoftRoceDriver.wait_cq`.
+
+Datagrams go out from UDP port ``0xC000 | f(QPN)`` (the engine picks it the
+way rxe does) to port 4791, with the QP's DSCP/ECN in the TOS byte, DF set and
+IPv4 identification 0 (see :mod:`netio.backends.soft.sockets`): the header
+the engine assumed when it computed the ICRC. The port is always 4791 because
+the ICRC covers the UDP destination port.
+
+The optional lossy link (``faults``) is ``netio.roce.link.FaultyLink`` put on
+the egress path: seeded drop, duplication, corruption, delay and reordering of
+this endpoint's datagrams before they reach the socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import socket
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from netio.backends.soft.rx_icrc import HeaderlessVerifier
+from netio.backends.soft.sockets import (
+    ROCEV2_UDP_PORT,
+    DriverSocketError,
+    RxMode,
+    open_raw_receive_socket,
+    open_send_socket,
+    open_udp_receive_socket,
+    parse_raw_ipv4,
+)
+from netio.roce.engine import CompletionQueue, OutgoingDatagram, RoceEngine
+from netio.roce.link import FaultyLink, LinkFaults
+from netio.roce.qp import QueuePair
+from netio.roce.verbs import Completion, RecvWr, SendWr
+
+log = logging.getLogger(__name__)
+
+_RX_BUFFER_BYTES = 65536
+_MAX_RX_BATCH = 256
+
+
+@dataclass(slots=True)
+class DriverStats:
+    """Driver counters (the engine keeps its own in ``engine.stats``)."""
+
+    datagrams_sent: int = 0
+    datagrams_received: int = 0
+    rx_not_roce: int = 0
+    rx_icrc_failed: int = 0
+    tx_deferred: int = 0
+    tx_errors: int = 0
+    last_tx_error: str = ""
+    timer_fires: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DriverConfig:
+    """How a :class:`SoftRoceDriver` talks to the network.
+
+    ``local_ip``: the address to bind (IPv4; the engine's GID is
+    ``::ffff:local_ip``). ``rx_mode``: see :class:`RxMode`. ``faults`` and
+    ``fault_seed``: the egress lossy link (None: a perfect link)."""
+
+    local_ip: ipaddress.IPv4Address
+    rx_mode: RxMode = RxMode.AUTO
+    faults: LinkFaults | None = None
+    fault_seed: int = 0
+
+
+@dataclass(slots=True)
+class _Waiter:
+    cq: CompletionQueue
+    future: asyncio.Future[None] = field(repr=False)
+
+
+class SoftRoceDriver:
+    """A ``RoceEngine`` on real sockets, driven by the running asyncio loop.
+
+    Create it with :meth:`open` (inside a running loop), use the engine's
+    verbs objects (``driver.engine``), post with :meth:`post_send` /
+    :meth:`post_recv`, and wait with :meth:`wait_cq`. ``close()`` releases the
+    sockets.
+    """
+
+    def __init__(self, engine: RoceEngine, config: DriverConfig) -> None:
+        if not isinstance(engine.local_ip, ipaddress.IPv4Address):
+            raise DriverSocketError("soft RoCE driver", OSError(0, "only IPv4 is supported"))
+        self.engine = engine
+        self.config = config
+        self.stats = DriverStats()
+        self.rx_mode = RxMode.UDP
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._udp_sock: socket.socket | None = None
+        self._raw_sock: socket.socket | None = None
+        self._send_socks: dict[tuple[int, int], socket.socket] = {}
+        self._rx_buf = bytearray(_RX_BUFFER_BYTES)
+        self._rx_view = memoryview(self._rx_buf)
+        self._verifier = HeaderlessVerifier()
+        self._link = (FaultyLink(config.fault_seed, _zero_latency(config.faults))
+                      if config.faults is not None else None)
+        self._backlog: deque[OutgoingDatagram] = deque()
+        self._writer_fd: int | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at_ns: int | None = None
+        self._waiters: list[_Waiter] = []
+        self._closed = False
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    @classmethod
+    async def open(cls, local_ip: ipaddress.IPv4Address | str, *,
+                   rx_mode: RxMode = RxMode.AUTO, faults: LinkFaults | None = None,
+                   fault_seed: int = 0, verify_icrc: bool = True) -> SoftRoceDriver:
+        """A new engine for ``local_ip`` and its driver, started on the running loop."""
+        ip = ipaddress.IPv4Address(str(local_ip))
+        engine = RoceEngine(ip, verify_icrc=verify_icrc)
+        driver = cls(engine, DriverConfig(ip, rx_mode, faults, fault_seed))
+        driver.start()
+        return driver
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        ip = self.config.local_ip
+        mode = self.config.rx_mode
+        raw: socket.socket | None = None
+        if mode in (RxMode.AUTO, RxMode.RAW):
+            try:
+                raw = open_raw_receive_socket(ip, ROCEV2_UDP_PORT)
+            except DriverSocketError:
+                if mode is RxMode.RAW:
+                    raise
+        # The UDP socket holds port 4791 in both modes; with a raw socket it drops everything.
+        try:
+            self._udp_sock = open_udp_receive_socket(ip, ROCEV2_UDP_PORT, drop_all=raw is not None)
+        except DriverSocketError:
+            if raw is not None:
+                raw.close()
+            raise
+        self._raw_sock = raw
+        self.rx_mode = RxMode.RAW if raw is not None else RxMode.UDP
+        rx = raw if raw is not None else self._udp_sock
+        loop.add_reader(rx.fileno(), self._on_readable)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        loop = self._loop
+        if self._timer is not None:
+            self._timer.cancel()
+        for sock in (self._raw_sock, self._udp_sock):
+            if sock is not None:
+                if loop is not None:
+                    loop.remove_reader(sock.fileno())
+                sock.close()
+        if self._writer_fd is not None and loop is not None:
+            loop.remove_writer(self._writer_fd)
+        for sock in self._send_socks.values():
+            sock.close()
+        self._send_socks.clear()
+        for w in self._waiters:
+            if not w.future.done():
+                w.future.cancel()
+        self._waiters.clear()
+
+    async def __aenter__(self) -> SoftRoceDriver:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- work requests -------------------------------------------------------------------
+
+    def post_send(self, qp: QueuePair, wr: SendWr) -> None:
+        qp.post_send(wr)
+        self.kick()
+
+    def post_recv(self, qp: QueuePair, wr: RecvWr) -> None:
+        qp.post_recv(wr)
+
+    def kick(self) -> None:
+        """Send what the engine has ready (call after posting send work requests)."""
+        self._after_input(time.monotonic_ns())
+
+    async def wait_cq(self, cq: CompletionQueue, max_entries: int = 16,
+                      timeout_s: float | None = None) -> list[Completion]:
+        """Completions from ``cq``, waiting until there is at least one.
+
+        Raises TimeoutError after ``timeout_s`` without any."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        while True:
+            entries = cq.poll(max_entries)
+            if entries:
+                return entries
+            waiter = _Waiter(cq, loop.create_future())
+            self._waiters.append(waiter)
+            try:
+                remaining = None if deadline is None else deadline - loop.time()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(f"no completion within {timeout_s} s")
+                await asyncio.wait_for(waiter.future, remaining)
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+
+    # -- input ---------------------------------------------------------------------------
+
+    def _on_readable(self) -> None:
+        now_ns = time.monotonic_ns()
+        if self._raw_sock is not None:
+            self._drain_raw(self._raw_sock, now_ns)
+        elif self._udp_sock is not None:
+            self._drain_udp(self._udp_sock, now_ns)
+        self._after_input(now_ns)
+
+    def _drain_raw(self, sock: socket.socket, now_ns: int) -> None:
+        view = self._rx_view
+        engine = self.engine
+        for _ in range(_MAX_RX_BATCH):
+            try:
+                n = sock.recv_into(self._rx_buf)
+            except (BlockingIOError, InterruptedError):
+                return
+            self.stats.datagrams_received += 1
+            packet = view[:n]
+            if parse_raw_ipv4(packet) is None:
+                self.stats.rx_not_roce += 1
+                continue
+            # The whole IP packet: the engine checks the ICRC exactly as sent.
+            engine.receive_ip_packet(packet, now_ns)
+
+    def _drain_udp(self, sock: socket.socket, now_ns: int) -> None:
+        view = self._rx_view
+        engine = self.engine
+        local = self.config.local_ip
+        for _ in range(_MAX_RX_BATCH):
+            try:
+                n, addr = sock.recvfrom_into(self._rx_buf)
+            except (BlockingIOError, InterruptedError):
+                return
+            self.stats.datagrams_received += 1
+            payload = view[:n]
+            src_ip = ipaddress.IPv4Address(addr[0])
+            src_port = int(addr[1])
+            if engine.verify_icrc and not self._verifier.verify(
+                payload, src_ip=src_ip, dst_ip=local, src_port=src_port,
+                dst_port=ROCEV2_UDP_PORT,
+            ):
+                self.stats.rx_icrc_failed += 1
+                continue
+            # Checked above without the IP identification; the engine must not
+            # check again assuming identification 0 (kernel rxe sends others).
+            engine.receive_datagram(payload, src_ip, now_ns, src_port, ip_id=None)
+
+    # -- output and timers ---------------------------------------------------------------
+
+    def _after_input(self, now_ns: int) -> None:
+        if self._closed:
+            return
+        self._flush(now_ns)
+        self._arm_timer()
+        self._wake_waiters()
+
+    def _flush(self, now_ns: int) -> None:
+        out = self.engine.datagrams_to_send(now_ns)
+        link = self._link
+        if link is None:
+            for d in out:
+                self._send(d)
+            return
+        for d in out:
+            link.send(d, now_ns)
+        for d in link.pop_due(now_ns):
+            self._send(d)
+
+    def _send_socket(self, src_port: int, tos: int) -> socket.socket:
+        key = (src_port, tos)
+        sock = self._send_socks.get(key)
+        if sock is None:
+            sock = open_send_socket(self.config.local_ip, src_port, tos)
+            self._send_socks[key] = sock
+        return sock
+
+    def _send(self, d: OutgoingDatagram) -> None:
+        if self._backlog:
+            self._backlog.append(d)
+            return
+        self._send_now(d)
+
+    def _send_now(self, d: OutgoingDatagram) -> bool:
+        sock = self._send_socket(d.src_udp_port, (d.dscp << 2) | d.ecn)
+        try:
+            sock.sendto(d.payload, (str(d.dst_ip), ROCEV2_UDP_PORT))
+        except (BlockingIOError, InterruptedError):
+            self.stats.tx_deferred += 1
+            self._backlog.appendleft(d)  # first in line, whether from _send or the backlog
+            self._want_writable(sock)
+            return False
+        except OSError as exc:
+            # e.g. EMSGSIZE (DF and larger than the route MTU) or no route: the packet
+            # is lost; the transport's retries and its error completions report it.
+            self.stats.tx_errors += 1
+            if self.stats.last_tx_error != str(exc):
+                log.warning("soft RoCE send to %s failed: %s", d.dst_ip, exc)
+            self.stats.last_tx_error = str(exc)
+            return True
+        self.stats.datagrams_sent += 1
+        return True
+
+    def _want_writable(self, sock: socket.socket) -> None:
+        if self._writer_fd is None and self._loop is not None:
+            self._writer_fd = sock.fileno()
+            self._loop.add_writer(self._writer_fd, self._on_writable)
+
+    def _on_writable(self) -> None:
+        if self._writer_fd is not None and self._loop is not None:
+            self._loop.remove_writer(self._writer_fd)
+            self._writer_fd = None
+        while self._backlog:
+            d = self._backlog.popleft()
+            if not self._send_now(d):
+                return
+
+    def _arm_timer(self) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        deadline = self.engine.get_timer()
+        if self._link is not None:
+            nxt = self._link.next_delivery_ns()
+            if nxt is not None and (deadline is None or nxt < deadline):
+                deadline = nxt
+        if deadline == self._timer_at_ns:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at_ns = deadline
+        if deadline is not None:
+            # loop.time() is time.monotonic(): the same clock as monotonic_ns().
+            self._timer = loop.call_at(deadline / 1e9, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at_ns = None
+        self.stats.timer_fires += 1
+        now_ns = time.monotonic_ns()
+        self.engine.handle_timer(now_ns)
+        self._after_input(now_ns)
+
+    def _wake_waiters(self) -> None:
+        if not self._waiters:
+            return
+        for w in self._waiters:
+            if not w.future.done() and len(w.cq):
+                w.future.set_result(None)
+
+
+def _zero_latency(faults: LinkFaults | None) -> LinkFaults:
+    """The driver's link adds faults only: the network supplies the latency."""
+    import dataclasses
+
+    base = faults or LinkFaults()
+    return dataclasses.replace(base, latency_ns=0)
+
+
+__all__ = ["DriverConfig", "DriverStats", "SoftRoceDriver"]
