@@ -26,7 +26,7 @@ from netio.errors import DecodeError, EncodeError
 from netio.roce.completer import Completer
 from netio.roce.memory import ProtectionDomain
 from netio.roce.qp import RECEIVE_STATES, SEND_STATES, QpType, QueuePair, check_recv_wr
-from netio.roce.verbs import Completion, IpAddress, RecvWr, RoceError, WcOpcode, WcStatus
+from netio.roce.verbs import Completion, IpAddress, RecvWr, RoceError
 from netio.wire.bth import Bth, Transport
 from netio.wire.ext import Aeth, AtomicAckEth, AtomicEth, Deth, ImmDt, Reth
 from netio.wire.icrc import compute_icrc, verify_icrc
@@ -264,34 +264,11 @@ class RoceEngine:
         data = bytes(udp_payload)
         src = _ip(src_ip)
         if (self.verify_icrc and src_port is not None and ip_id is not None
-                and not self._icrc_ok(data, src, src_port, ip_id, dont_fragment)):
+                and not udp_payload_icrc_ok(data, src, self.local_ip, src_port, ip_id,
+                                            dont_fragment)):
             self.stats.dropped_icrc += 1
             return
         self._dispatch(data, src, now_ns)
-
-    def _icrc_ok(self, data: bytes, src: IpAddress, src_port: int, ip_id: int,
-                 dont_fragment: bool) -> bool:
-        if len(data) < 16:
-            return False
-        udp_len = 8 + len(data)
-        udp = Udp(src_port, ROCEV2_UDP_PORT, udp_len, 0).encode()
-        try:
-            if isinstance(src, ipaddress.IPv4Address) and isinstance(
-                self.local_ip, ipaddress.IPv4Address
-            ):
-                hdr = Ipv4(src, self.local_ip, IpProto.UDP, total_length=20 + udp_len,
-                           identification=ip_id, dont_fragment=dont_fragment,
-                           checksum=0).encode()
-            elif isinstance(src, ipaddress.IPv6Address) and isinstance(
-                self.local_ip, ipaddress.IPv6Address
-            ):
-                hdr = Ipv6(src, self.local_ip, IpProto.UDP, 0, Ecn.NOT_ECT, 0, udp_len, 64).encode()
-            else:
-                return False
-        except EncodeError:
-            return False
-        packet = hdr + udp + data
-        return compute_icrc(memoryview(packet)[:-4]) == int.from_bytes(data[-4:], "little")
 
     def _dispatch(self, data: bytes, src: IpAddress, now_ns: int) -> None:
         self.stats.datagrams_received += 1
@@ -331,6 +308,33 @@ class RoceEngine:
         qp.responder.on_request(hdrs, payload, src)
 
 
+def udp_payload_icrc_ok(data: bytes, src_ip: IpAddress, dst_ip: IpAddress, src_port: int,
+                        ip_id: int = 0, dont_fragment: bool = True) -> bool:
+    """Check the ICRC of a RoCEv2 UDP payload against the IP/UDP headers it must have had.
+
+    The IPv4 ID and DF flag are covered by the ICRC (TOS, TTL and checksums are masked), so
+    they must be what the sender used; IPv6 headers have no such field.
+    """
+    if len(data) < 16:
+        return False
+    udp_len = 8 + len(data)
+    udp = Udp(src_port, ROCEV2_UDP_PORT, udp_len, 0).encode()
+    try:
+        if isinstance(src_ip, ipaddress.IPv4Address) and isinstance(dst_ip,
+                                                                    ipaddress.IPv4Address):
+            hdr = Ipv4(src_ip, dst_ip, IpProto.UDP, total_length=20 + udp_len,
+                       identification=ip_id, dont_fragment=dont_fragment, checksum=0).encode()
+        elif isinstance(src_ip, ipaddress.IPv6Address) and isinstance(dst_ip,
+                                                                      ipaddress.IPv6Address):
+            hdr = Ipv6(src_ip, dst_ip, IpProto.UDP, 0, Ecn.NOT_ECT, 0, udp_len, 64).encode()
+        else:
+            return False
+    except EncodeError:
+        return False
+    packet = hdr + udp + data
+    return compute_icrc(memoryview(packet)[:-4]) == int.from_bytes(data[-4:], "little")
+
+
 _TRANSPORT_OF = {QpType.RC: int(Transport.RC), QpType.UC: int(Transport.UC),
                  QpType.UD: int(Transport.UD)}
 
@@ -340,6 +344,5 @@ __all__ = [
     "OutgoingDatagram",
     "RoceEngine",
     "SharedReceiveQueue",
-    "WcOpcode",
-    "WcStatus",
+    "udp_payload_icrc_ok",
 ]
