@@ -23,12 +23,28 @@ client's ``--chk`` pattern, byte for byte.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ipaddress
+import random
 import re
+import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from netio.backends.soft import DriverStats, RxMode, SoftRoceDriver
 from netio.interop import ExchangeError
+from netio.roce import (
+    Access,
+    LinkFaults,
+    QpAttributes,
+    QpState,
+    QpType,
+    RecvWr,
+    SendWr,
+    UdAddress,
+    WcStatus,
+    WrOpcode,
+)
 
 DEFAULT_PORT = 18515
 #: ``sizeof "0000:000000:000000:00000000000000000000000000000000"``.
@@ -137,22 +153,16 @@ async def client_exchange(
     return theirs
 
 
-class PingpongServer:
-    """The server side (``pp_server_exch_dest``) on a listening socket.
-
-    ``await server.exchange(mine, connect)`` accepts one client, reads its
-    address, awaits ``connect(theirs)`` (move the QP to RTR/RTS), answers with
-    ``mine`` and reads the client's "done"."""
+class PingpongListener:
+    """Accepts pingpong clients (the server role; the tools listen on every address)."""
 
     def __init__(self) -> None:
-        self._accepted: asyncio.Queue[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = (
-            asyncio.Queue()
-        )
+        self._accepted: asyncio.Queue[PingpongConnection] = asyncio.Queue()
         self._server: asyncio.Server | None = None
 
-    async def listen(self, host: str | None, port: int) -> None:
+    async def listen(self, host: str | None, port: int = DEFAULT_PORT) -> None:
         async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await self._accepted.put((reader, writer))
+            await self._accepted.put(PingpongConnection(reader, writer))
 
         self._server = await asyncio.start_server(on_client, host, port, reuse_address=True)
 
@@ -163,29 +173,46 @@ class PingpongServer:
         port: int = self._server.sockets[0].getsockname()[1]
         return port
 
-    async def exchange(
-        self, mine: PingpongAddress, connect: Callable[[PingpongAddress], Awaitable[None]]
-    ) -> PingpongAddress:
-        reader, writer = await self._accepted.get()
-        try:
-            theirs = PingpongAddress.decode(
-                await _read_exact(reader, ADDRESS_MESSAGE_BYTES, "pingpong client address")
-            )
-            await connect(theirs)
-            writer.write(mine.encode())
-            await writer.drain()
-            done = await reader.read(ADDRESS_MESSAGE_BYTES)
-            if done != DONE_MESSAGE:
-                raise ExchangeError("pingpong done", f"expected {DONE_MESSAGE!r}, got {done!r}")
-        finally:
-            writer.close()
-        return theirs
+    async def accept(self) -> PingpongConnection:
+        return await self._accepted.get()
 
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
             self._server = None
+
+
+class PingpongConnection:
+    """One accepted client connection (``pp_server_exch_dest``)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader = reader
+        self._writer = writer
+
+    @property
+    def local_ip(self) -> str:
+        """The address the client reached us at (where the RoCE endpoint belongs)."""
+        return str(self._writer.get_extra_info("sockname")[0])
+
+    async def exchange(
+        self, mine: PingpongAddress, connect: Callable[[PingpongAddress], Awaitable[None]]
+    ) -> PingpongAddress:
+        """Read the client's address, await ``connect(theirs)`` (QP to RTR/RTS),
+        answer with ``mine`` and read the client's "done"."""
+        try:
+            theirs = PingpongAddress.decode(
+                await _read_exact(self._reader, ADDRESS_MESSAGE_BYTES, "pingpong client address")
+            )
+            await connect(theirs)
+            self._writer.write(mine.encode())
+            await self._writer.drain()
+            done = await self._reader.read(ADDRESS_MESSAGE_BYTES)
+            if done != DONE_MESSAGE:
+                raise ExchangeError("pingpong done", f"expected {DONE_MESSAGE!r}, got {done!r}")
+        finally:
+            self._writer.close()
+        return theirs
 
 
 def chk_pattern(size_bytes: int) -> bytes:
@@ -205,3 +232,243 @@ def first_mismatch(data: bytes | bytearray | memoryview, expected: bytes) -> int
         if got != want:
             return offset
     return min(len(view), len(expected))
+
+
+# -- the test loop -----------------------------------------------------------------------
+
+RECV_WRID = 1  # PINGPONG_RECV_WRID
+SEND_WRID = 2  # PINGPONG_SEND_WRID
+#: RC attributes the tools set in ``pp_connect_ctx`` (timeout 14, retries 7 = infinite RNR).
+RC_TIMEOUT = 14
+RC_RETRY_CNT = 7
+RC_RNR_RETRY = 7
+RC_MIN_RNR_TIMER = 12
+
+
+@dataclass(frozen=True, slots=True)
+class PingpongConfig:
+    """One run of a pingpong test (the tools' options; ``server`` None = server role).
+
+    ``local_ip``: the RoCE address (GID ``::ffff:local_ip``); None takes, as a
+    server, the address the client connected to, and as a client the source
+    address of the route to the server. ``timeout_s``: give up when no
+    completion arrives for this long (the tools wait for ever)."""
+
+    transport: QpType
+    server: str | None = None
+    port: int = DEFAULT_PORT
+    local_ip: ipaddress.IPv4Address | None = None
+    size_bytes: int = 4096
+    iters: int = 1000
+    mtu_bytes: int = 1024
+    rx_depth: int = 500
+    chk: bool = False
+    timeout_s: float = 60.0
+    rx_mode: RxMode = RxMode.AUTO
+    faults: LinkFaults | None = None
+    fault_seed: int = 0
+    psn: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.size_bytes < 1:
+            raise ExchangeError("pingpong options", "the message size must be at least 1 byte")
+        if self.iters < 1 or self.rx_depth < 2:
+            raise ExchangeError("pingpong options", "iterations >= 1 and rx depth >= 2 needed")
+        if self.mtu_bytes not in (256, 512, 1024, 2048, 4096):
+            raise ExchangeError("pingpong options", f"MTU {self.mtu_bytes} is not an IB MTU")
+        if self.transport is QpType.UD and self.size_bytes > self.mtu_bytes:
+            raise ExchangeError(
+                "pingpong options",
+                f"UD message of {self.size_bytes} bytes is larger than the MTU {self.mtu_bytes}",
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class PingpongResult:
+    """What the tools print at the end (``bytes in seconds``, ``usec/iter``)."""
+
+    mine: PingpongAddress
+    theirs: PingpongAddress
+    iters: int
+    size_bytes: int
+    duration_s: float
+    checked_messages: int
+    driver: DriverStats
+
+    @property
+    def bytes_total(self) -> int:
+        return self.size_bytes * self.iters * 2
+
+    @property
+    def mbit_per_s(self) -> float:
+        return self.bytes_total * 8 / self.duration_s / 1e6 if self.duration_s > 0 else 0.0
+
+    @property
+    def usec_per_iter(self) -> float:
+        return self.duration_s * 1e6 / self.iters
+
+
+def _route_source_ip(host: str, port: int) -> ipaddress.IPv4Address:
+    """The source address the kernel picks for ``host`` (a connected UDP socket)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect((host, port))
+        except OSError as exc:
+            raise ExchangeError("pingpong route", f"no route to {host}: {exc}") from exc
+        return ipaddress.IPv4Address(probe.getsockname()[0])
+
+
+def _gid_ipv4(gid: ipaddress.IPv6Address, step: str) -> ipaddress.IPv4Address:
+    mapped = gid.ipv4_mapped
+    if mapped is None:
+        raise ExchangeError(step, f"peer GID {gid} is not an IPv4-mapped RoCEv2 GID (use -g)")
+    return mapped
+
+
+async def run_pingpong(config: PingpongConfig, *,
+                       listener: PingpongListener | None = None,
+                       on_address: Callable[[str, PingpongAddress], None] | None = None,
+                       ) -> PingpongResult:
+    """Run one pingpong test against a libibverbs example (or another netio).
+
+    As the server, ``listener`` (listening already) may be given; otherwise
+    one is opened on ``config.port``. ``on_address("local"|"remote", addr)`` is
+    called as the tools print their addresses."""
+    conn: PingpongConnection | None = None
+    own_listener = False
+    if config.server is None:
+        if listener is None:
+            listener = PingpongListener()
+            await listener.listen(None, config.port)
+            own_listener = True
+        try:
+            conn = await listener.accept()
+        finally:
+            if own_listener:
+                await listener.close()
+        local_ip = config.local_ip or ipaddress.IPv4Address(conn.local_ip)
+    else:
+        local_ip = config.local_ip or _route_source_ip(config.server, config.port)
+
+    driver = await SoftRoceDriver.open(local_ip, rx_mode=config.rx_mode, faults=config.faults,
+                                       fault_seed=config.fault_seed)
+    try:
+        return await _run(config, driver, conn, on_address)
+    finally:
+        await driver.close()
+
+
+async def _run(config: PingpongConfig, driver: SoftRoceDriver,
+               conn: PingpongConnection | None,
+               on_address: Callable[[str, PingpongAddress], None] | None) -> PingpongResult:
+    engine = driver.engine
+    ud = config.transport is QpType.UD
+    data_offset = UD_GRH_BYTES if ud else 0
+    size = config.size_bytes
+    buf = bytearray([FILL_BYTE]) * (size + data_offset)
+    pd = engine.alloc_pd()
+    cq = engine.create_cq()
+    qp = engine.create_qp(pd, config.transport, cq, cq)
+    mr = pd.register(buf, Access.LOCAL_WRITE)
+    recv_wr = RecvWr(RECV_WRID, (mr.sge(0, size + data_offset),))
+    send_sge = mr.sge(data_offset, size)
+    psn = config.psn if config.psn is not None else random.getrandbits(24)
+    base = QpAttributes(
+        path_mtu_bytes=config.mtu_bytes, timeout=RC_TIMEOUT, retry_cnt=RC_RETRY_CNT,
+        rnr_retry=RC_RNR_RETRY, min_rnr_timer=RC_MIN_RNR_TIMER, max_rd_atomic=1,
+        max_dest_rd_atomic=1, qkey=UD_PINGPONG_QKEY if ud else 0, sq_psn=psn,
+        access=Access.NONE,
+    )
+    qp.modify(QpState.INIT, base)
+    if ud:  # pp_init_ctx/pp_connect_ctx: a UD QP needs no peer to reach RTS
+        qp.modify(QpState.RTR)
+        qp.modify(QpState.RTS)
+    for _ in range(config.rx_depth):
+        qp.post_recv(recv_wr)
+    routs = config.rx_depth
+
+    local_ip = engine.local_ip
+    mine = PingpongAddress(lid=0, qpn=qp.qp_num, psn=psn,
+                           gid=ipaddress.IPv6Address(f"::ffff:{local_ip}"))
+    if on_address is not None:
+        on_address("local", mine)
+    ud_dest: UdAddress | None = None
+
+    async def connect(theirs: PingpongAddress) -> None:
+        nonlocal ud_dest
+        remote_ip = _gid_ipv4(theirs.gid, "pingpong connect")
+        if ud:
+            ud_dest = UdAddress(remote_ip, theirs.qpn, UD_PINGPONG_QKEY)
+            return
+        attrs = dataclasses.replace(base, dest_qp_num=theirs.qpn, rq_psn=theirs.psn,
+                                    remote_ip=remote_ip)
+        qp.modify(QpState.RTR, attrs)
+        qp.modify(QpState.RTS)
+
+    if conn is not None:
+        theirs = await conn.exchange(mine, connect)
+    else:
+        if config.server is None:
+            raise ExchangeError("pingpong", "a client needs a server address")
+        theirs = await client_exchange(config.server, config.port, mine)
+        await connect(theirs)
+    if on_address is not None:
+        on_address("remote", theirs)
+
+    def post_send() -> None:
+        wr = SendWr(SEND_WRID, WrOpcode.SEND, (send_sge,), ud=ud_dest)
+        driver.post_send(qp, wr)
+
+    expected = chk_pattern(size) if config.chk else None
+    is_client = config.server is not None
+    pending = RECV_WRID
+    if is_client:
+        if expected is not None:
+            buf[data_offset : data_offset + size] = expected
+        post_send()
+        pending |= SEND_WRID
+    scnt = rcnt = checked = 0
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    iters = config.iters
+    while rcnt < iters or scnt < iters:
+        try:
+            completions = await driver.wait_cq(cq, 2, timeout_s=config.timeout_s)
+        except TimeoutError:
+            raise ExchangeError(
+                "pingpong", f"no completion for {config.timeout_s} s after {scnt} sends and "
+                f"{rcnt} receives ({engine.stats}, {driver.stats})") from None
+        for wc in completions:
+            if wc.status is not WcStatus.SUCCESS:
+                raise ExchangeError(
+                    "pingpong", f"failed status {wc.status.name} ({int(wc.status)}) for wr_id "
+                    f"{wc.wr_id} after {scnt} sends and {rcnt} receives")
+            if wc.wr_id == SEND_WRID:
+                scnt += 1
+            elif wc.wr_id == RECV_WRID:
+                if wc.byte_len != size + data_offset:
+                    raise ExchangeError(
+                        "pingpong", f"received {wc.byte_len} bytes, expected "
+                        f"{size + data_offset} (both sides must use the same -s)")
+                if expected is not None:
+                    bad = first_mismatch(buf[data_offset:], expected)
+                    if bad is not None:
+                        raise ExchangeError(
+                            "pingpong --chk", f"message {rcnt + 1}: byte {bad} is "
+                            f"{buf[data_offset + bad]:#04x}, expected {expected[bad]:#04x}")
+                    checked += 1
+                routs -= 1
+                if routs <= 1:
+                    for _ in range(config.rx_depth - routs):
+                        qp.post_recv(recv_wr)
+                    routs = config.rx_depth
+                rcnt += 1
+            else:
+                raise ExchangeError("pingpong", f"completion for unknown wr_id {wc.wr_id}")
+            pending &= ~wc.wr_id
+            if scnt < iters and not pending:
+                post_send()
+                pending = RECV_WRID | SEND_WRID
+    duration_s = loop.time() - start
+    return PingpongResult(mine=mine, theirs=theirs, iters=iters, size_bytes=size,
+                          duration_s=duration_s, checked_messages=checked, driver=driver.stats)

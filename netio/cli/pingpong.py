@@ -1,0 +1,120 @@
+"""``netio pingpong``: be either side of ``ibv_rc_pingpong``, ``ibv_uc_pingpong``
+or ``ibv_ud_pingpong`` (rdma-core's libibverbs examples), over the soft RoCE
+engine.
+
+Without HOST netio is the server and waits for the tool's client; with HOST
+it connects to the tool's server. The options mean what they mean to the
+tools (``-s``, ``-n``, ``-m``, ``-r``, ``-p``, ``--chk``); ``-g`` and ``-d``
+are accepted for copy-paste and ignored (netio has one RoCEv2 GID,
+``::ffff:<bind address>``). ``--chk`` checks every received message byte by
+byte against the ``--chk`` client's pattern, so the peer must use ``--chk``
+too. Output follows the tools'. Exit codes: 0 done; 1 the test failed; 2 bad
+arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from netio.backends.soft import DriverSocketError, RxMode
+from netio.cli.soft_options import add_driver_options, faults_from_args
+from netio.interop import ExchangeError
+from netio.interop.pingpong import DEFAULT_PORT, PingpongAddress, PingpongConfig, run_pingpong
+from netio.roce import QpType
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "pingpong", help="run the libibverbs pingpong tests (RC/UC/UD) against rdma-core's tools",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    configure(parser)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    kind = parser.add_mutually_exclusive_group()
+    kind.add_argument("--rc", dest="transport", action="store_const", const="rc",
+                      help="ibv_rc_pingpong (default)")
+    kind.add_argument("--uc", dest="transport", action="store_const", const="uc",
+                      help="ibv_uc_pingpong")
+    kind.add_argument("--ud", dest="transport", action="store_const", const="ud",
+                      help="ibv_ud_pingpong")
+    parser.add_argument("host", nargs="?", default=None,
+                        help="server to connect to (omit to be the server)")
+    parser.add_argument("-p", "--port", type=int, default=DEFAULT_PORT,
+                        help=f"TCP port of the exchange (default {DEFAULT_PORT})")
+    parser.add_argument("-s", "--size", type=int, default=None,
+                        help="message size in bytes (default 4096; UD 1024)")
+    parser.add_argument("-m", "--mtu", type=int, default=1024, help="path MTU (default 1024)")
+    parser.add_argument("-r", "--rx-depth", type=int, default=500,
+                        help="receives posted at a time (default 500)")
+    parser.add_argument("-n", "--iters", type=int, default=1000,
+                        help="number of exchanges (default 1000)")
+    parser.add_argument("-c", "--chk", action="store_true",
+                        help="validate every received message (the peer must use --chk)")
+    parser.add_argument("-g", "--gid-idx", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("-d", "--ib-dev", default=None, help=argparse.SUPPRESS)
+    add_driver_options(parser)
+    parser.set_defaults(func=run, transport="rc")
+
+
+def _print_address(side: str, addr: PingpongAddress) -> None:
+    label = "local address: " if side == "local" else "remote address:"
+    print(f"  {label} LID 0x{addr.lid:04x}, QPN 0x{addr.qpn:06x}, PSN 0x{addr.psn:06x}, "
+          f"GID {_gid_text(addr)}", flush=True)
+
+
+def _gid_text(addr: PingpongAddress) -> str:
+    """The GID as the tools print it (``inet_ntop``: IPv4-mapped in dotted form)."""
+    mapped = addr.gid.ipv4_mapped
+    return f"::ffff:{mapped}" if mapped is not None else str(addr.gid)
+
+
+def run(args: argparse.Namespace) -> int:
+    transport = {"rc": QpType.RC, "uc": QpType.UC, "ud": QpType.UD}[args.transport]
+    size = args.size if args.size is not None else (1024 if transport is QpType.UD else 4096)
+    try:
+        config = PingpongConfig(
+            transport=transport, server=args.host, port=args.port, local_ip=args.bind,
+            size_bytes=size, iters=args.iters, mtu_bytes=args.mtu, rx_depth=args.rx_depth,
+            chk=args.chk, timeout_s=args.timeout, rx_mode=RxMode(args.rx_mode),
+            faults=faults_from_args(args), fault_seed=args.seed,
+        )
+    except (ExchangeError, ValueError) as exc:
+        print(f"netio pingpong: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        result = asyncio.run(run_pingpong(config, on_address=_print_address))
+    except (ExchangeError, DriverSocketError) as exc:
+        print(f"netio pingpong: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return EXIT_FAILED
+    print(f"{result.bytes_total} bytes in {result.duration_s:.2f} seconds = "
+          f"{result.mbit_per_s:.2f} Mbit/sec")
+    print(f"{result.iters} iters in {result.duration_s:.2f} seconds = "
+          f"{result.usec_per_iter:.2f} usec/iter")
+    if config.chk:
+        print(f"{result.checked_messages} received messages checked")
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m netio.cli.pingpong``: the command on its own."""
+    parser = argparse.ArgumentParser(prog="netio pingpong", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    configure(parser)
+    args = parser.parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

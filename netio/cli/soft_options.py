@@ -1,0 +1,60 @@
+"""Command-line options of the soft RoCE driver, shared by the commands that
+run it (``netio pingpong``, ``netio perftest``): receive mode and the seeded
+lossy link on this endpoint's egress."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+from typing import Any
+
+from netio.backends.soft import RxMode
+from netio.roce import LinkFaults
+
+
+def _probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{value} is not a probability in [0, 1]")
+    return value
+
+
+def _ipv4(text: str) -> ipaddress.IPv4Address:
+    try:
+        return ipaddress.IPv4Address(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an IPv4 address") from None
+
+
+def add_driver_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("soft RoCE driver")
+    group.add_argument("-B", "--bind", type=_ipv4, default=None, metavar="IP",
+                       help="local RoCE address (GID ::ffff:IP); default: as a server the "
+                            "address the client connected to, as a client the route's source")
+    group.add_argument("--rx-mode", choices=[m.value for m in RxMode], default="auto",
+                       help="receive through a raw socket (exact ICRC check; needs "
+                            "CAP_NET_RAW) or a UDP socket (ICRC checked without the IP ID); "
+                            "auto: raw when permitted")
+    group.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                       help="give up after S seconds without a completion (default 60)")
+    lossy = parser.add_argument_group("lossy link (this endpoint's egress, seeded)")
+    for name in ("drop", "duplicate", "corrupt", "reorder", "delay"):
+        lossy.add_argument(f"--{name}", type=_probability, default=0.0, metavar="P",
+                           help=f"probability to {name} each datagram")
+    lossy.add_argument("--delay-us", type=int, default=2000, metavar="US",
+                       help="longest extra delay of a delayed datagram (default 2000)")
+    lossy.add_argument("--reorder-us", type=int, default=500, metavar="US",
+                       help="longest hold-back of a reordered datagram (default 500)")
+    lossy.add_argument("--seed", type=int, default=0, help="lossy link seed (default 0)")
+
+
+def faults_from_args(args: Any) -> LinkFaults | None:
+    probs = {name: getattr(args, name) for name in
+             ("drop", "duplicate", "corrupt", "reorder", "delay")}
+    if not any(probs.values()):
+        return None
+    return LinkFaults(latency_ns=0, delay_ns=args.delay_us * 1000,
+                      reorder_ns=args.reorder_us * 1000, **probs)
