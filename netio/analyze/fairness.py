@@ -1,0 +1,98 @@
+"""Fairness (Jain's index) and incast detection over fixed time windows.
+
+Per window, the flows sharing a destination (IP) or an egress (capture point
+and next-hop MAC) that carried data get throughputs x_i; Jain's index is
+(Σx)² / (n·Σx²): 1 when all are equal, 1/n when one takes everything. Windows
+with fewer than two active flows are skipped. An incast is a run of windows in
+which at least ``incast_senders`` distinct source IPs send data to one
+destination.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+I64 = npt.NDArray[np.int64]
+
+
+def jain(x: npt.NDArray[np.float64]) -> float:
+    s = float(x.sum())
+    q = float((x * x).sum())
+    return s * s / (x.size * q) if q > 0 else 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class FairnessResult:
+    group: str  # "destination" or "egress"
+    key: str
+    flows: int
+    windows: int
+    jain_min: float
+    jain_mean: float
+    worst_window_start_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class Incast:
+    destination: int
+    start_ns: int
+    end_ns: int
+    max_senders: int
+
+
+def fairness(groups: Mapping[str, list[int]], series: Mapping[int, tuple[I64, I64]],
+             group_kind: str, origin_ns: int, interval_ns: int) -> list[FairnessResult]:
+    out = []
+    for key, fids in groups.items():
+        present = [f for f in fids if f in series]
+        if len(present) < 2:
+            continue
+        bins = np.unique(np.concatenate([series[f][0] for f in present]))
+        mat = np.zeros((len(present), bins.size))
+        for r, f in enumerate(present):
+            b, v = series[f]
+            mat[r, np.searchsorted(bins, b)] = v
+        vals = []
+        starts = []
+        for col in range(bins.size):
+            x = mat[:, col]
+            x = x[x > 0]
+            if x.size >= 2:
+                vals.append(jain(x))
+                starts.append(int(bins[col]))
+        if not vals:
+            continue
+        worst = int(np.argmin(vals))
+        out.append(FairnessResult(group_kind, key, len(present), len(vals), float(min(vals)),
+                                  float(np.mean(vals)),
+                                  origin_ns + starts[worst] * interval_ns))
+    return out
+
+
+def incasts(by_dst: Mapping[int, list[tuple[int, int]]], series: Mapping[int, tuple[I64, I64]],
+            threshold: int, origin_ns: int, interval_ns: int) -> list[Incast]:
+    """``by_dst``: destination IP → [(flow id, source IP)]."""
+    out = []
+    for dst, members in by_dst.items():
+        senders: dict[int, set[int]] = {}
+        for fid, src in members:
+            if fid not in series:
+                continue
+            for b in series[fid][0].tolist():
+                senders.setdefault(b, set()).add(src)
+        hot = sorted(b for b, s in senders.items() if len(s) >= threshold)
+        run: list[int] = []
+        for b in [*hot, None]:
+            if b is not None and run and b == run[-1] + 1:
+                run.append(b)
+                continue
+            if run:
+                out.append(Incast(dst, origin_ns + run[0] * interval_ns,
+                                  origin_ns + (run[-1] + 1) * interval_ns,
+                                  max(len(senders[x]) for x in run)))
+            run = [b] if b is not None else []
+    return out

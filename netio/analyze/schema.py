@@ -1,0 +1,55 @@
+"""The ``netio-analyze --json`` document: a stable schema with base units.
+
+``SCHEMA_VERSION`` changes only when a key is removed or changes meaning;
+keys may be added. All times are seconds (float) relative to
+``time_origin_ns`` (the earliest packet of all captures, ns since the epoch),
+sizes are bytes, rates bit/s (``_bps``) or per second (``_per_s``), MACs
+``aa:bb:..`` strings, IPs dotted strings, QPs integers.
+
+Top level
+    schema_version, tool, netio_version, time_origin_ns, native (C fast path used),
+    options: the thresholds used (``storm_detection_s``, ``causality_window_s``, ...),
+    captures[]: name, path, records, packets, roce_packets, pfc_frames, pause_frames,
+        other_packets, malformed_packets, first_ts_s, last_ts_s, duration_s, link_bps,
+        complete (read to the end without damage), warnings[],
+    warnings[]: every input problem, naming file and where reading stopped,
+    findings[]: {severity: critical|warning|info, kind, message}, most important first,
+    pause_senders[]: one per (capture, src_mac, vlan, kind pfc|pause, priority|null):
+        xoff_frames, xon_frames, intervals [[start_s, end_s]...] (union, refreshes
+        merged), paused_s, longest_pause_s, paused_fraction (of the capture's
+        duration), frame_rate_per_s,
+    storms[]: queue keys as above + start_s, end_s, duration_s, detected_s, restored_s,
+        intervals,
+    xon_storms[]: queue keys + start_s, end_s, xon_frames, rate_per_s,
+    spreading[]: root {capture, src_mac, priority, start_s}, congested_destination,
+        converging_flows[], members[] {capture, src_mac, priority, start_s, delay_s},
+        victims[] {capture, paused_by, priority, destinations[]},
+    flows[]: capture, src_ip, dst_ip, dest_qp, priority, src_mac, dst_mac, first_ts_s,
+        last_ts_s, packets, bytes (on the wire), payload_bytes, goodput_bytes (first
+        copies only), goodput_bps, opcodes {NAME: packets}, messages, request_packets,
+        psn_gaps, psn_gap_packets, duplicate_packets, out_of_order_packets,
+        retransmitted_packets, retransmission_ratio, naks {CODE_NAME: n}, rnr_naks,
+        rnr_timer_s[], ack_latency_s, read_latency_s ({count,min,p50,p90,p99,max} or
+        null), icrc_failures, icrc_checked_packets,
+        ecn {ect_packets, ce_packets, cnps (CNPs throttling this direction),
+        cnp_reaction_s, cnp_rate_violations, fecn_packets, becn_packets},
+        throughput {interval_s, start_s[], bps[]},
+        reverse {dest_qp, packets, bytes, payload_bytes, opcodes, ecn, icrc_failures,
+        request_packets} or null,
+    fairness[]: capture, group destination|egress, key, flows, windows, jain_min,
+        jain_mean, worst_window_start_s,
+    incast[]: capture, destination, start_s, end_s, max_senders,
+    ecn_series: {capture: {interval_s, ce_packets[], cnps[]}},
+    assumptions[]: every assumption the analysis made, in words.
+"""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+
+#: Keys every document has (tests check them; consumers may rely on them).
+TOP_LEVEL_KEYS: tuple[str, ...] = (
+    "schema_version", "tool", "netio_version", "time_origin_ns", "native", "options",
+    "captures", "warnings", "findings", "pause_senders", "storms", "xon_storms", "spreading",
+    "flows", "fairness", "incast", "ecn_series", "assumptions",
+)
