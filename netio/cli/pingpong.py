@@ -23,7 +23,14 @@ from typing import Any
 from netio.backends.soft import DriverSocketError, RxMode
 from netio.cli.soft_options import add_driver_options, faults_from_args
 from netio.interop import ExchangeError
-from netio.interop.pingpong import DEFAULT_PORT, PingpongAddress, PingpongConfig, run_pingpong
+from netio.interop.pingpong import (
+    DEFAULT_PORT,
+    PingpongAddress,
+    PingpongConfig,
+    PingpongListener,
+    PingpongResult,
+    run_pingpong,
+)
 from netio.roce import QpType
 
 EXIT_OK = 0
@@ -91,8 +98,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"netio pingpong: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        result = asyncio.run(run_pingpong(config, on_address=_print_address))
-    except (ExchangeError, DriverSocketError) as exc:
+        result = asyncio.run(_run(config))
+    except (ExchangeError, DriverSocketError, OSError) as exc:
         print(f"netio pingpong: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
@@ -104,6 +111,18 @@ def run(args: argparse.Namespace) -> int:
     if config.chk:
         print(f"{result.checked_messages} received messages checked")
     return EXIT_OK
+
+
+async def _run(config: PingpongConfig) -> PingpongResult:
+    if config.server is not None:
+        return await run_pingpong(config, on_address=_print_address)
+    listener = PingpongListener()
+    await listener.listen(None, config.port)
+    try:
+        print(f"  waiting for a client on TCP port {listener.port}", flush=True)
+        return await run_pingpong(config, listener=listener, on_address=_print_address)
+    finally:
+        await listener.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,6 +18,7 @@ import os
 import shlex
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -92,6 +93,83 @@ class LabHandle:
     def netio(self, *args: str) -> list[str]:
         """argv that runs a netio CLI module inside the lab namespace."""
         return ["ip", "netns", "exec", self.ns, sys.executable, *args]
+
+    def start_netio(self, module: str, *args: str) -> NetioProcess:
+        """Start ``python -m MODULE ARGS`` inside the lab namespace."""
+        return NetioProcess(self.netio("-m", module, *args))
+
+    def netio_server_guest_client(self, module: str, netio_args: list[str], guest_cmd: str,
+                                  timeout_s: int = 180) -> tuple[int, str, int, str]:
+        """netio as the server, the guest tool as its client. Returns
+        (guest rc, guest output, netio rc, netio output)."""
+        proc = self.start_netio(module, *netio_args)
+        try:
+            proc.wait_for("waiting for a client", timeout_s=30)
+            guest_rc, guest_out = self.run(guest_cmd, timeout_s=timeout_s)
+            netio_rc = proc.wait(timeout_s=timeout_s)
+        finally:
+            proc.kill()
+        return guest_rc, guest_out, netio_rc, proc.output
+
+    def guest_server_netio_client(self, module: str, netio_args: list[str], guest_cmd: str,
+                                  name: str, timeout_s: int = 180) -> tuple[int, str, int, str]:
+        """The guest tool as the server (in the background), netio as its client."""
+        self.start_bg(guest_cmd, name)
+        proc = self.start_netio(module, *netio_args)
+        try:
+            netio_rc = proc.wait(timeout_s=timeout_s)
+        finally:
+            proc.kill()
+        guest_rc, guest_out = self.wait_bg(name, timeout_s=60)
+        return guest_rc, guest_out, netio_rc, proc.output
+
+
+class NetioProcess:
+    """A netio subprocess whose output is collected as it comes."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.argv = argv
+        self._proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True, start_new_session=True)
+        self._lines: list[str] = []
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            with self._changed:
+                self._lines.append(line)
+                self._changed.notify_all()
+
+    @property
+    def output(self) -> str:
+        with self._changed:
+            return "".join(self._lines)
+
+    def wait_for(self, text: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while not any(text in line for line in self._lines):
+                left = deadline - time.monotonic()
+                if left <= 0 or self._proc.poll() is not None:
+                    raise RuntimeError(f"{shlex.join(self.argv)}: no {text!r} in output:\n"
+                                       f"{''.join(self._lines)}")
+                self._changed.wait(min(left, 0.2))
+
+    def wait(self, timeout_s: float) -> int:
+        try:
+            rc = self._proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            rc = self._proc.wait()
+        self._reader.join(timeout=5)
+        return rc
+
+    def kill(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.kill()
 
 
 class LabSession:
