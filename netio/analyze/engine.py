@@ -153,7 +153,8 @@ def analyze(paths: Sequence[str], opts: AnalysisOptions, *, use_native: bool | N
             "malformed_packets": int(kinds[Kind.MALFORMED]),
             "first_ts_s": (f0 - origin) / 1e9, "last_ts_s": (l0 - origin) / 1e9,
             "duration_s": (l0 - f0) / 1e9, "link_bps": link,
-            "complete": error is None and not chunks.warnings, "warnings": cap_warnings,
+            "complete": error is None and not chunks.warnings,
+            "readable": error is None or records > 0, "warnings": cap_warnings,
         }
         captures.append(entry)
         for q in pa.finish():

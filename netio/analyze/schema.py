@@ -11,7 +11,7 @@ Top level
     options: the thresholds used (``storm_detection_s``, ``causality_window_s``, ...),
     captures[]: name, path, records, packets, roce_packets, pfc_frames, pause_frames,
         other_packets, malformed_packets, first_ts_s, last_ts_s, duration_s, link_bps,
-        complete (read to the end without damage), warnings[],
+        complete (read to the end without damage), readable (opened as a capture), warnings[],
     warnings[]: every input problem, naming file and where reading stopped,
     findings[]: {severity: critical|warning|info, kind, message}, most important first,
     pause_senders[]: one per (capture, src_mac, vlan, kind pfc|pause, priority|null):

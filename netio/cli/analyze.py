@@ -1,0 +1,207 @@
+"""netio-analyze: who paused whom, for how long, why, and which RoCE flows suffered.
+
+Reads one or more pcap/pcapng captures (one per port or host), merges them by
+timestamp and reports PFC/PAUSE pauses per sender and priority, PFC and XON
+storms, pause spreading chains (root, converging flows, victims), and per RoCE
+flow: counts, goodput, messages, PSN gaps, retransmissions, NAKs, RNR NAKs,
+ACK/READ latency, ECN marks and CNPs, ICRC failures; Jain fairness and incast.
+
+Exit codes:
+  0  analysed; no PFC or XON storm found
+  1  analysed; at least one PFC storm or XON storm found (for alerting scripts)
+  2  usage error (bad option or value)
+  3  no capture could be read at all (missing, empty, not a capture)
+Damaged or truncated captures are analysed up to the damage; a warning says
+where reading stopped, and the exit code follows the findings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from ipaddress import IPv4Address
+from pathlib import Path
+
+from netio.analyze.options import DEFAULT_LINK_BPS, AnalysisOptions, FlowFilter
+from netio.analyze.units import parse_bitrate, parse_duration
+
+EXIT_OK = 0
+EXIT_STORM = 1
+EXIT_USAGE = 2
+EXIT_UNREADABLE = 3
+#: Show a progress bar on a terminal when the input is at least this large.
+PROGRESS_MIN_BYTES = 64 << 20
+
+
+def _duration_ns(text: str) -> int:
+    try:
+        return round(parse_duration(text) * 1e9)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _priorities(text: str) -> frozenset[int]:
+    try:
+        values = frozenset(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of priorities") from None
+    if not values or not all(0 <= v <= 7 for v in values):
+        raise argparse.ArgumentTypeError("priorities are 0..7")
+    return values
+
+
+def _flow(text: str) -> FlowFilter:
+    """``SRC>DST[:QP]`` (either side may be ``*``); QP decimal or 0x hex."""
+    try:
+        left, _, qp = text.partition(":")
+        src, sep, dst = left.partition(">")
+        if not sep:
+            raise ValueError
+        ip = lambda s: None if s in ("", "*") else int(IPv4Address(s.strip()))  # noqa: E731
+        return FlowFilter(ip(src), ip(dst), int(qp, 0) if qp else None)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a flow (SRC>DST[:QP], e.g. 10.0.0.1>10.0.0.3:0x31)") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="netio-analyze", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("captures", nargs="+", metavar="CAPTURE",
+                   help="pcap/pcapng files (a directory means its *.pcap and *.pcapng)")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON document (schema: netio.analyze.schema) instead of text")
+    p.add_argument("--plot", metavar="DIR", help="write PNG charts into DIR")
+    p.add_argument("--link-speed", action="append", default=[], metavar="[FILE=]RATE",
+                   help=f"link speed for pause quanta (default {DEFAULT_LINK_BPS / 1e9:g}G); "
+                        "FILE=RATE sets it for one capture, e.g. sw1-p1.pcap=25G")
+    p.add_argument("--storm-time", type=_duration_ns, default=200_000_000, metavar="T",
+                   help="continuous pause that makes a PFC storm (default 200ms, SONiC)")
+    p.add_argument("--restore-time", type=_duration_ns, default=200_000_000, metavar="T",
+                   help="unpaused time that ends a storm (default 200ms)")
+    p.add_argument("--xon-storm-time", type=_duration_ns, default=200_000_000, metavar="T",
+                   help="run of XON frames that makes an XON storm (default 200ms)")
+    p.add_argument("--xon-gap", type=_duration_ns, default=1_000_000, metavar="T",
+                   help="largest gap between XON frames of one storm (default 1ms)")
+    p.add_argument("--causality-window", type=_duration_ns, default=2_000_000, metavar="T",
+                   help="pauses starting within T of another are chained (default 2ms)")
+    p.add_argument("--interval", type=_duration_ns, default=10_000_000, metavar="T",
+                   help="time-series and fairness window (default 10ms)")
+    p.add_argument("--incast-senders", type=int, default=4, metavar="N",
+                   help="senders to one destination in one window that make an incast "
+                        "(default 4)")
+    p.add_argument("--priority", type=_priorities, metavar="P[,P...]",
+                   help="only these priorities (PFC classes and RoCE VLAN PCP)")
+    p.add_argument("--flow", type=_flow, metavar="SRC>DST[:QP]",
+                   help="only this flow (both directions)")
+    p.add_argument("--start", type=_duration_ns, metavar="T",
+                   help="ignore packets before T after the first packet")
+    p.add_argument("--end", type=_duration_ns, metavar="T",
+                   help="ignore packets from T after the first packet on")
+    p.add_argument("--no-icrc", action="store_true", help="do not verify ICRCs")
+    p.add_argument("--pure", action="store_true",
+                   help="use the pure-Python reference decoder (slow; for cross-checks)")
+    p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
+                   help="progress bar on stderr (auto: on a terminal for large inputs)")
+    return p
+
+
+def _expand(paths: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    for p in paths:
+        if os.path.isdir(p):
+            found = sorted(str(x) for x in Path(p).iterdir()
+                           if x.suffix in (".pcap", ".pcapng", ".cap"))
+            out.extend(found)
+        else:
+            out.append(p)
+    return out
+
+
+def _link_speeds(values: Sequence[str], parser: argparse.ArgumentParser
+                 ) -> tuple[int, dict[str, int]]:
+    default = DEFAULT_LINK_BPS
+    per: dict[str, int] = {}
+    for v in values:
+        name, sep, rate = v.rpartition("=")
+        try:
+            bps = parse_bitrate(rate)
+        except ValueError as exc:
+            parser.error(f"--link-speed: {exc}")
+        if sep:
+            per[Path(name).stem] = bps
+        else:
+            default = bps
+    return default, per
+
+
+class _Bar:
+    def __init__(self) -> None:
+        self.last = 0.0
+        self.start = time.monotonic()
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - self.last < 0.2 and done < total:
+            return
+        self.last = now
+        frac = done / total if total else 1.0
+        width = 30
+        bar = "#" * int(frac * width)
+        rate = done / max(1e-9, now - self.start) / 1e6
+        sys.stderr.write(f"\r[{bar:<{width}}] {frac * 100:5.1f}%  {rate:.0f} MB/s")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        sys.stderr.write("\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    paths = _expand(args.captures)
+    if not paths:
+        parser.error("no capture files found")
+    link_bps, per_capture = _link_speeds(args.link_speed, parser)
+    if args.incast_senders < 2:
+        parser.error("--incast-senders must be at least 2")
+    opts = AnalysisOptions(
+        link_bps=link_bps, link_bps_by_capture=per_capture, storm_ns=args.storm_time,
+        restore_ns=args.restore_time, xon_storm_ns=args.xon_storm_time, xon_gap_ns=args.xon_gap,
+        causality_ns=args.causality_window, interval_ns=max(1, args.interval),
+        incast_senders=args.incast_senders, priorities=args.priority, flow=args.flow,
+        start_ns=args.start, end_ns=args.end, verify_icrc=not args.no_icrc)
+    from netio.analyze.engine import analyze
+    from netio.analyze.report import to_json, to_text, write_plots
+
+    total = sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
+    show = args.progress == "always" or (
+        args.progress == "auto" and sys.stderr.isatty() and total >= PROGRESS_MIN_BYTES)
+    bar = _Bar() if show else None
+    try:
+        doc = analyze(paths, opts, use_native=False if args.pure else None, progress=bar)
+    except KeyboardInterrupt:
+        sys.stderr.write("netio-analyze: interrupted\n")
+        return 130
+    finally:
+        if bar is not None:
+            bar.close()
+    for w in doc["warnings"]:
+        sys.stderr.write(f"netio-analyze: warning: {w}\n")
+    readable = [c for c in doc["captures"] if c["readable"]]
+    if not readable:
+        sys.stderr.write("netio-analyze: error: no capture could be read\n")
+        return EXIT_UNREADABLE
+    sys.stdout.write(to_json(doc) if args.json else to_text(doc))
+    if args.plot:
+        for path in write_plots(doc, args.plot):
+            sys.stderr.write(f"netio-analyze: wrote {path}\n")
+    return EXIT_STORM if doc["storms"] or doc["xon_storms"] else EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
