@@ -4,7 +4,8 @@ A flow is one direction (src IP, dst IP, BTH dest QP) seen at one capture
 point; it is paired with its reverse direction (the peer QP's packets back),
 found from the responses: a reverse key is paired with the one flow between
 the same two hosts in the other direction, or, when there are several, with
-the one whose latest request PSN is closest at or after the response's PSN.
+the one whose latest request PSN is closest (on the 24-bit circle) to the
+latest response PSN.
 
 PSNs (24-bit, IBTA §9.7.1) are unwrapped per flow into 64-bit sequence
 numbers. For request packets (IBTA: sent by the requester), relative to the
@@ -72,6 +73,12 @@ class _Samples:
 
     def values(self) -> I64:
         return np.concatenate(self.parts) if self.parts else np.empty(0, dtype=np.int64)
+
+
+def _circular(a: int, b: int) -> int:
+    """Distance between two PSNs on the 24-bit circle."""
+    d = (a - b) & PSN_MASK
+    return min(d, PSN_MOD - d)
 
 
 def summary_s(samples_ns: I64) -> dict[str, float | int] | None:
@@ -328,7 +335,7 @@ class FlowAnalyzer:
                 if resp.size == 0 or not have:
                     continue
                 p = int(psn[resp[-1]])
-                cands = [min(have, key=lambda k: (int(self.c["last_raw"][k]) - p) & PSN_MASK)]
+                cands = [min(have, key=lambda k: _circular(int(self.c["last_raw"][k]), p))]
             other = cands[0]
             self.pair[fid] = other
             self.pair[other] = fid

@@ -46,7 +46,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from netio.analyze.columns import Flag, Kind
+from netio.analyze.columns import Kind
+from netio.analyze.options import DEFAULT_OPTIONS, AnalysisOptions
 from netio.analyze.units import format_mac_int, mac_to_int, parse_bitrate, parse_duration
 from netio.errors import NetioError
 from netio.wire.bth import PSN_MODULUS, Opcode
@@ -681,8 +682,9 @@ class Generated:
     packets: int
 
 
-def build(scenario: Scenario) -> tuple[dict[str, Rows], dict[str, Any]]:
-    """Per-port packet tables and the ground-truth document."""
+def build(scenario: Scenario, opts: AnalysisOptions = DEFAULT_OPTIONS
+          ) -> tuple[dict[str, Rows], dict[str, Any]]:
+    """Per-port packet tables and the ground-truth document (for analysis ``opts``)."""
     t0 = scenario.epoch_ns
     link = {p.name: p.link_bps for p in scenario.ports}
     pause_frames = [_pause_frames(p, t0) for p in scenario.pauses]
@@ -717,16 +719,21 @@ def build(scenario: Scenario) -> tuple[dict[str, Rows], dict[str, Any]]:
                                            q0=0, pfc_cev=1 << s.priority, flow=-1, vlan=-1))
     tables = {name: Rows.concat(parts).sorted() for name, parts in port_rows.items()}
     from netio.analyze.truth import truth_document  # the truth needs the packet tables
-    return tables, truth_document(scenario, tables, flow_truth, pause_frames)
+    return tables, truth_document(scenario, tables, flow_truth, pause_frames, opts)
 
 
-def generate(scenario: Scenario, outdir: str | Path, *, truth: bool = True) -> Generated:
-    """Write one pcap per port (``<port>.pcap``) and ``truth.json`` into ``outdir``."""
+def generate(scenario: Scenario, outdir: str | Path, *, truth: bool = True,
+             opts: AnalysisOptions = DEFAULT_OPTIONS) -> Generated:
+    """Write one pcap per port (``<port>.pcap``) and ``truth.json`` into ``outdir``.
+
+    The truth assumes ``netio-analyze`` runs with ``opts`` (thresholds) and with
+    each port's link speed.
+    """
     from netio.analyze.synth import write_capture
 
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
-    tables, doc = build(scenario)
+    tables, doc = build(scenario, opts)
     paths = []
     total = 0
     for port in scenario.ports:

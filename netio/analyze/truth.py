@@ -85,7 +85,7 @@ def truth_document(scenario: Scenario, tables: dict[str, Rows], flows: Sequence[
     xon_storms = []
     all_intervals: list[tuple[int, str, int, int | None]] = []  # (start, capture, mac, prio)
     for (port, mac, vlan, kind_name, prio), frames in sorted(
-            per_queue.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][4] or 0)):
+            per_queue.items(), key=lambda kv: (kv[0][0], kv[0][1], 9 if kv[0][4] is None else kv[0][4])):
         frames = sorted(frames)
         ivs = pause_intervals(frames, link[port])
         first, last = windows[port]

@@ -1,0 +1,146 @@
+"""The analyzer recovers the scenario generator's ground truth exactly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from analyze_helpers import compare_with_truth
+
+from netio import native
+from netio.analyze.engine import analyze
+from netio.analyze.options import AnalysisOptions
+from netio.analyze.presets import bench_dict, small_dict
+from netio.analyze.scenario import (
+    ScenarioError,
+    generate,
+    load_scenario,
+    pause_intervals,
+    scenario_from_dict,
+)
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], dict[str, Any]]:
+    out = tmp_path_factory.mktemp("small")
+    g = generate(scenario_from_dict(small_dict()), out)
+    assert g.truth_path is not None
+    return [str(p) for p in g.captures], json.loads(g.truth_path.read_text())
+
+
+@pytest.mark.parametrize("use_native", [True, False])
+def test_small_preset_matches_truth(small: tuple[list[str], dict[str, Any]],
+                                    use_native: bool) -> None:
+    if use_native and not native.AVAILABLE:
+        pytest.fail("netio._native is not built")
+    paths, truth = small
+    doc = analyze(paths, AnalysisOptions(), use_native=use_native)
+    assert compare_with_truth(doc, truth) == []
+    # The story's key facts, stated plainly.
+    assert [s["capture"] for s in doc["storms"]] == ["host3", "sw1-p1", "sw1-p4"]
+    chain = doc["spreading"][0]
+    assert chain["root"]["capture"] == "host3"
+    assert chain["congested_destination"] == "10.0.0.3"
+    assert [v["capture"] for v in chain["victims"]] == ["sw1-p4"]
+    assert doc["incast"] and doc["incast"][0]["destination"] == "10.0.0.3"
+
+
+@pytest.mark.parametrize("chunk", [1, 97, 5000])
+def test_chunking_does_not_change_the_result(small: tuple[list[str], dict[str, Any]],
+                                             chunk: int) -> None:
+    paths, _ = small
+    whole = analyze(paths, AnalysisOptions())
+    chunked = analyze(paths, AnalysisOptions(), chunk_records=chunk)
+    assert json.dumps(chunked, sort_keys=True) == json.dumps(whole, sort_keys=True)
+
+
+def _pause_scenario() -> dict[str, Any]:
+    hop = [{"port": "p", "src_mac": "02:00:00:00:00:01", "dst_mac": "02:00:00:00:00:02"}]
+    return {
+        "name": "pauses",
+        "ports": [{"name": "p", "link_speed": "25G"}],
+        "flows": [
+            {"name": "r", "src_ip": "10.1.0.1", "dst_ip": "10.1.0.2", "src_qp": 0x10,
+             "dst_qp": 0x20, "op": "read", "message_bytes": 10000, "pmtu": 1024,
+             "messages": 300, "rate": "2G", "ce": [{"from": 0.001, "to": 0.01, "every": 3}],
+             "hops": hop},
+            {"name": "w", "src_ip": "10.1.0.1", "dst_ip": "10.1.0.2", "src_qp": 0x11,
+             "dst_qp": 0x21, "op": "write", "message_bytes": 3000, "pmtu": 1024,
+             "messages": 2000, "rate": "1G", "start_psn": 0xFFFFF0, "drops": [5, 900],
+             "rnr": [300], "bad_icrc": [7], "hops": hop},
+        ],
+        "pauses": [
+            # Refreshed slower than the pause lasts: separate intervals, no XON.
+            {"port": "p", "src_mac": "02:00:00:00:00:02", "start": 0.002, "duration": 0.001,
+             "quanta": 1000, "refresh": 40e-6, "xon": False, "priorities": [3, 5]},
+            {"port": "p", "src_mac": "02:00:00:00:00:02", "kind": "pause", "start": 0.02,
+             "duration": 0.003, "quanta": 0xFFFF, "refresh": 1e-3},
+        ],
+        "xon_storms": [{"port": "p", "src_mac": "02:00:00:00:00:09", "priority": 4,
+                        "start": 0.001, "duration": 0.03, "interval": 1e-4}],
+    }
+
+
+def test_pause_xon_storm_pause8023_read_and_losses(tmp_path: Path) -> None:
+    opts = AnalysisOptions(link_bps_by_capture={"p": 25_000_000_000},
+                           xon_storm_ns=20_000_000)
+    g = generate(scenario_from_dict(_pause_scenario()), tmp_path, opts=opts)
+    assert g.truth_path is not None
+    truth = json.loads(g.truth_path.read_text())
+    doc = analyze([str(p) for p in g.captures], opts)
+    assert compare_with_truth(doc, truth) == []
+    sender = {(s["kind"], s["priority"]): s for s in doc["pause_senders"]}
+    assert len(sender[("pfc", 3)]["intervals"]) > 1  # refresh gaps split the pause
+    assert sender[("pause", None)]["paused_s"] > 0
+    assert len(doc["xon_storms"]) == 1
+    flows = {f["dest_qp"]: f for f in doc["flows"]}
+    w = flows[0x21]
+    assert w["psn_gap_packets"] == 2 and w["rnr_naks"] == 1 and w["icrc_failures"] == 1
+    assert flows[0x20]["read_latency_s"]["count"] == 300
+    assert flows[0x20]["reverse"]["ecn"]["ce_packets"] > 0
+    # At the default 100G the same quanta mean a quarter of the time.
+    doc100 = analyze([str(p) for p in g.captures], AnalysisOptions(xon_storm_ns=20_000_000))
+    s100 = {(s["kind"], s["priority"]): s for s in doc100["pause_senders"]}
+    assert s100[("pfc", 5)]["paused_s"] == pytest.approx(sender[("pfc", 5)]["paused_s"] / 4)
+
+
+def test_pause_interval_rule() -> None:
+    link = 512 * 1_000_000_000  # 1 quantum = 1 ns
+    # Refresh restarts the timer (may shorten it); XON ends; a late frame starts anew.
+    frames = [(0, 100), (50, 10), (55, 100), (100, 0), (300, 20), (400, 5)]
+    assert pause_intervals(frames, link) == [(0, 100), (300, 320), (400, 405)]
+    assert pause_intervals([(0, 0), (10, 0)], link) == []
+
+
+def test_scenario_validation(tmp_path: Path) -> None:
+    bad = small_dict()
+    bad["flows"][0]["bogus"] = 1
+    with pytest.raises(ScenarioError, match="bogus"):
+        scenario_from_dict(bad)
+    bad = small_dict()
+    bad["flows"][0]["hops"][0]["port"] = "nowhere"
+    with pytest.raises(ScenarioError, match="nowhere"):
+        scenario_from_dict(bad)
+    path = tmp_path / "s.json"
+    path.write_text("{not json")
+    with pytest.raises(ScenarioError, match=r"s\.json"):
+        load_scenario(path)
+    toml = tmp_path / "s.toml"
+    toml.write_text('name = "t"\n[[ports]]\nname = "p"\n[[flows]]\nname = "f"\n'
+                    'src_ip = "10.0.0.1"\ndst_ip = "10.0.0.2"\nsrc_qp = 2\ndst_qp = 3\n'
+                    'op = "send"\nmessage_bytes = 100\nmessages = 3\n'
+                    'hops = [{port = "p", src_mac = "02:00:00:00:00:01", '
+                    'dst_mac = "02:00:00:00:00:02"}]\n')
+    sc = load_scenario(toml)
+    assert sc.flows[0].messages == 3
+
+
+def test_bench_preset_is_valid_and_sized() -> None:
+    from netio.analyze.scenario import build
+
+    tables, truth = build(scenario_from_dict(bench_dict(20_000)))
+    n = sum(len(t) for t in tables.values())
+    assert 15_000 < n < 25_000
+    assert truth["storms"]
