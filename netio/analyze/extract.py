@@ -84,8 +84,12 @@ def extract_one(cols: PacketColumns, i: int, frame: bytes | memoryview, linktype
         cols.flags[i] = flags
         return
     if f.roce is None:  # cut by the snap length before the end of its headers
+        for name, _ in COLUMN_DTYPES:
+            if name not in ("ts_ns", "frame_bytes"):
+                getattr(cols, name)[i] = 0
+        cols.quanta[i] = 0
         cols.kind[i] = Kind.MALFORMED
-        cols.flags[i] = flags
+        cols.flags[i] = Flag.TRUNCATED if len(frame) < orig_len else Flag(0)
         return
     bth = f.roce.bth
     info = OPCODE_TABLE[bth.opcode]
