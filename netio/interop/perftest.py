@@ -29,10 +29,29 @@ from __future__ import annotations
 import asyncio
 import enum
 import ipaddress
+import random
+import socket
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from netio.backends.soft import DriverStats, RxMode, SoftRoceDriver
 from netio.interop import ExchangeError
+from netio.roce import (
+    Access,
+    Completion,
+    CompletionQueue,
+    LinkFaults,
+    MemoryRegion,
+    QpAttributes,
+    QpState,
+    QpType,
+    QueuePair,
+    RecvWr,
+    SendWr,
+    WcStatus,
+    WrOpcode,
+)
 
 DEFAULT_PORT = 18515
 #: What netio announces as its perftest version: the version of the perftest
@@ -167,6 +186,11 @@ class PerftestChannel:
         self._writer = writer
         self.is_client = is_client
         self.peer_version = ""
+
+    @property
+    def local_ip(self) -> str:
+        """This end's address of the connection (where a server's RoCE endpoint belongs)."""
+        return str(self._writer.get_extra_info("sockname")[0])
 
     @classmethod
     async def connect(cls, host: str, port: int = DEFAULT_PORT, *,
@@ -308,3 +332,299 @@ class PerftestListener:
             self._server.close()
             await self._server.wait_closed()
             self._server = None
+
+
+# -- the tests ---------------------------------------------------------------------------
+
+#: QP attributes perftest sets (``ctx_modify_qp_to_rtr/rts``: DEF_QP_TIME, 7, 7, MIN_RNR_TIMER).
+QP_TIMEOUT = 14
+QP_RETRY_CNT = 7
+QP_RNR_RETRY = 7
+QP_MIN_RNR_TIMER = 12
+#: READ/atomic responder resources netio offers (its ``out_reads``).
+NETIO_OUT_READS = 16
+MIB = 1 << 20
+
+
+class AtomicType(enum.StrEnum):
+    FETCH_AND_ADD = "FETCH_AND_ADD"
+    CMP_AND_SWAP = "CMP_AND_SWAP"
+
+
+@dataclass(frozen=True, slots=True)
+class PerftestConfig:
+    """One perftest bandwidth run (``server`` None = the server role).
+
+    The options mean what perftest's do (``-s``, ``-n``, ``-t`` tx depth,
+    ``-r`` rx depth, ``-m`` MTU, ``-p`` port, ``-A``). ``mtu_bytes`` is what
+    netio offers; the smaller of both sides' MTUs is used."""
+
+    verb: PerftestVerb
+    server: str | None = None
+    port: int = DEFAULT_PORT
+    local_ip: ipaddress.IPv4Address | None = None
+    size_bytes: int | None = None  # None: perftest's default (65536; atomics 8)
+    iters: int = 1000
+    tx_depth: int = 128
+    rx_depth: int = 128
+    mtu_bytes: int = 4096
+    atomic_type: AtomicType = AtomicType.FETCH_AND_ADD
+    timeout_s: float = 60.0
+    rx_mode: RxMode = RxMode.AUTO
+    faults: LinkFaults | None = None
+    fault_seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.iters < 1 or self.tx_depth < 1 or self.rx_depth < 1:
+            raise ExchangeError("perftest options", "iterations and depths must be >= 1")
+        if self.size_bytes is not None and self.size_bytes < 1:
+            raise ExchangeError("perftest options", "the message size must be at least 1 byte")
+        if self.verb is PerftestVerb.ATOMIC and self.size_bytes not in (None, ATOMIC_SIZE_BYTES):
+            raise ExchangeError("perftest options", "atomic operations are 8 bytes")
+        mtu_to_enum(self.mtu_bytes)
+
+    @property
+    def message_bytes(self) -> int:
+        if self.size_bytes is not None:
+            return self.size_bytes
+        return ATOMIC_SIZE_BYTES if self.verb is PerftestVerb.ATOMIC else 65536
+
+
+@dataclass(frozen=True, slots=True)
+class PerftestResult:
+    """The outcome on netio's side; ``report`` is netio's own measurement
+    (zeros on a WRITE/READ/ATOMIC server, which measures nothing, as perftest's),
+    ``peer_report`` what the peer sent (WRITE/READ/ATOMIC only)."""
+
+    verb: PerftestVerb
+    is_client: bool
+    mine: PerftestKeys
+    theirs: PerftestKeys
+    mtu_bytes: int
+    peer_version: str
+    report: BwReport
+    peer_report: BwReport | None
+    driver: DriverStats
+
+
+def remote_offset(index: int, size_bytes: int, cycle_buffer_bytes: int, cache_line_bytes: int,
+                  verb: PerftestVerb) -> int:
+    """Offset from the peer's address of the ``index``-th operation, as
+    ``increase_rem_addr`` walks it: steps of the size rounded up to a cache
+    line, wrapping at the cycle buffer, when the message is at most half of it
+    (always for atomics)."""
+    step = -(-size_bytes // cache_line_bytes) * cache_line_bytes
+    if verb is not PerftestVerb.ATOMIC and size_bytes > cycle_buffer_bytes // 2:
+        return 0
+    slots = max(1, cycle_buffer_bytes // step)
+    return (index % slots) * step
+
+
+def _ipv4_of(gid: ipaddress.IPv6Address) -> ipaddress.IPv4Address:
+    mapped = gid.ipv4_mapped
+    if mapped is None:
+        raise ExchangeError("perftest keys", f"peer GID {gid} is not IPv4-mapped (use -x with "
+                                             "the RoCEv2 IPv4 GID index)")
+    return mapped
+
+
+def _route_source_ip(host: str, port: int) -> ipaddress.IPv4Address:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect((host, port))
+        except OSError as exc:
+            raise ExchangeError("perftest route", f"no route to {host}: {exc}") from exc
+        return ipaddress.IPv4Address(probe.getsockname()[0])
+
+
+async def run_perftest(config: PerftestConfig, *, listener: PerftestListener | None = None,
+                       on_event: Callable[[str, object], None] | None = None,
+                       ) -> PerftestResult:
+    """Run one perftest bandwidth test against perftest (or another netio).
+
+    ``on_event(kind, value)`` reports progress: ``("local"|"remote", keys)``,
+    ``("mtu", bytes)``, ``("report"|"peer_report", BwReport)``."""
+    if config.server is None:
+        own = listener is None
+        if listener is None:
+            listener = PerftestListener()
+            await listener.listen(None, config.port)
+        try:
+            channel = await listener.accept()
+        finally:
+            if own:
+                await listener.close()
+        local_ip = config.local_ip or ipaddress.IPv4Address(channel.local_ip)
+    else:
+        local_ip = config.local_ip or _route_source_ip(config.server, config.port)
+        channel = await PerftestChannel.connect(config.server, config.port)
+    try:
+        driver = await SoftRoceDriver.open(local_ip, rx_mode=config.rx_mode,
+                                           faults=config.faults, fault_seed=config.fault_seed)
+        try:
+            return await _PerftestRun(config, channel, driver, on_event).run()
+        finally:
+            await driver.close()
+    except BaseException:
+        channel.abort()
+        raise
+
+
+class _PerftestRun:
+    def __init__(self, config: PerftestConfig, channel: PerftestChannel,
+                 driver: SoftRoceDriver,
+                 on_event: Callable[[str, object], None] | None) -> None:
+        self.config = config
+        self.channel = channel
+        self.driver = driver
+        self.on_event = on_event or (lambda kind, value: None)
+        self.verb = config.verb
+        self.size = config.message_bytes
+
+    async def run(self) -> PerftestResult:
+        cfg, ch, engine = self.config, self.channel, self.driver.engine
+        peer_version = await ch.exchange_versions()
+        cycle_buffer, cache_line = await ch.exchange_sys_data()
+        mtu = await ch.exchange_mtu(cfg.mtu_bytes)
+        self.on_event("mtu", mtu)
+        size = self.size
+        span = buffer_span_bytes(size, cycle_buffer)
+        slot = -(-size // cache_line) * cache_line
+        is_client = ch.is_client
+        if self.verb is PerftestVerb.SEND and not is_client:
+            depth = min(cfg.rx_depth, cfg.iters)
+            buf = bytearray(slot * depth)
+        else:
+            buf = bytearray(span + slot)
+        pd = engine.alloc_pd()
+        cq = engine.create_cq()
+        qp = engine.create_qp(pd, QpType.RC, cq, cq)
+        mr = pd.register(buf, Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
+                         | Access.REMOTE_ATOMIC)
+        psn = random.getrandbits(24)
+        mine = PerftestKeys(
+            lid=0, out_reads=NETIO_OUT_READS if self.verb in (
+                PerftestVerb.READ, PerftestVerb.ATOMIC) else 1,
+            qpn=qp.qp_num, psn=psn, rkey=mr.rkey, vaddr=mr.addr,
+            gid=ipaddress.IPv6Address(f"::ffff:{engine.local_ip}"),
+        )
+        qp.modify(QpState.INIT, QpAttributes(path_mtu_bytes=mtu))
+        theirs = await ch.hand_shake(mine)
+        self.on_event("local", mine)
+        remote_ip = _ipv4_of(theirs.gid)
+        qp.modify(QpState.RTR, QpAttributes(
+            dest_qp_num=theirs.qpn, rq_psn=theirs.psn, sq_psn=psn, path_mtu_bytes=mtu,
+            remote_ip=remote_ip, timeout=QP_TIMEOUT, retry_cnt=QP_RETRY_CNT,
+            rnr_retry=QP_RNR_RETRY, min_rnr_timer=QP_MIN_RNR_TIMER,
+            max_dest_rd_atomic=NETIO_OUT_READS,
+            max_rd_atomic=max(1, min(theirs.out_reads, NETIO_OUT_READS)),
+        ))
+        qp.modify(QpState.RTS)
+        if self.verb is PerftestVerb.SEND:
+            await ch.hand_shake(mine)  # after ctx_connect
+            theirs = await ch.hand_shake(mine)  # the "remote" keys print
+            if not is_client:
+                self._post_receives(qp, mr, slot, min(cfg.rx_depth, cfg.iters))
+            await ch.hand_shake(mine)  # receives are posted
+        else:
+            theirs = await ch.hand_shake(mine)  # the "remote" keys print
+            await ch.hand_shake(mine)  # after RTR
+        self.on_event("remote", theirs)
+
+        peer_report: BwReport | None = None
+        if is_client:
+            report = await self._client_loop(qp, cq, mr, theirs, cycle_buffer, cache_line)
+            self.on_event("report", report)
+            if self.verb is not PerftestVerb.SEND:
+                await ch.hand_shake(mine)
+                peer_report = await ch.exchange_reports(report)
+        elif self.verb is PerftestVerb.SEND:
+            report = await self._send_server_loop(qp, cq, mr, slot, min(cfg.rx_depth, cfg.iters))
+            self.on_event("report", report)
+        else:
+            # perftest's WRITE/READ/ATOMIC server only waits, then shows the client's report
+            await ch.hand_shake(mine)
+            report = BwReport(size, cfg.iters, 0.0, 0.0, 0.0)
+            peer_report = await ch.exchange_reports(report)
+            self.on_event("peer_report", peer_report)
+        await ch.close(mine)
+        return PerftestResult(self.verb, is_client, mine, theirs, mtu, peer_version, report,
+                              peer_report, self.driver.stats)
+
+    def _post_receives(self, qp: QueuePair, mr: MemoryRegion, slot: int, depth: int) -> None:
+        for i in range(depth):
+            qp.post_recv(RecvWr(i, (mr.sge(i * slot, self.size),)))
+
+    async def _wait(self, cq: CompletionQueue, what: str, done: int) -> list[Completion]:
+        try:
+            completions = await self.driver.wait_cq(cq, 64, timeout_s=self.config.timeout_s)
+        except TimeoutError:
+            raise ExchangeError(
+                "perftest", f"no completion for {self.config.timeout_s} s after {done} {what} "
+                f"({self.driver.engine.stats}, {self.driver.stats})") from None
+        for wc in completions:
+            if wc.status is not WcStatus.SUCCESS:
+                raise ExchangeError("perftest", f"completion with error {wc.status.name} "
+                                                f"({int(wc.status)}) after {done} {what}")
+        return completions
+
+    def _report(self, iters: int, duration_s: float) -> BwReport:
+        if duration_s <= 0:
+            return BwReport(self.size, iters, 0.0, 0.0, 0.0)
+        bw = self.size * iters / duration_s / MIB
+        return BwReport(self.size, iters, bw, bw, iters / duration_s / 1e6)
+
+    async def _send_server_loop(self, qp: QueuePair, cq: CompletionQueue, mr: MemoryRegion,
+                                slot: int, depth: int) -> BwReport:
+        iters = self.config.iters
+        rcnt = 0
+        posted = depth
+        loop = asyncio.get_running_loop()
+        start: float | None = None
+        while rcnt < iters:
+            for wc in await self._wait(cq, "receives", rcnt):
+                if start is None:
+                    start = loop.time()
+                if wc.byte_len != self.size:
+                    raise ExchangeError("perftest", f"received {wc.byte_len} bytes, expected "
+                                                    f"{self.size} (both sides need the same -s)")
+                rcnt += 1
+                if posted < iters:
+                    qp.post_recv(RecvWr(wc.wr_id, (mr.sge(wc.wr_id * slot, self.size),)))
+                    posted += 1
+        return self._report(iters, loop.time() - (start if start is not None else loop.time()))
+
+    async def _client_loop(self, qp: QueuePair, cq: CompletionQueue, mr: MemoryRegion,
+                           theirs: PerftestKeys, cycle_buffer: int, cache_line: int) -> BwReport:
+        cfg = self.config
+        verb = self.verb
+        iters = cfg.iters
+        size = self.size
+        local = mr.sge(0, size)
+        opcode = {
+            PerftestVerb.WRITE: WrOpcode.RDMA_WRITE,
+            PerftestVerb.READ: WrOpcode.RDMA_READ,
+            PerftestVerb.SEND: WrOpcode.SEND,
+            PerftestVerb.ATOMIC: (WrOpcode.ATOMIC_FETCH_AND_ADD
+                                  if cfg.atomic_type is AtomicType.FETCH_AND_ADD
+                                  else WrOpcode.ATOMIC_CMP_AND_SWP),
+        }[verb]
+        scnt = ccnt = 0
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        while ccnt < iters:
+            while scnt < iters and scnt - ccnt < cfg.tx_depth:
+                remote = theirs.vaddr + remote_offset(scnt, size, cycle_buffer, cache_line, verb)
+                wr = SendWr(
+                    scnt, opcode, (local,),
+                    remote_addr=remote if verb is not PerftestVerb.SEND else 0,
+                    rkey=theirs.rkey if verb is not PerftestVerb.SEND else 0,
+                    compare_add=ATOMIC_ADD_VALUE if opcode is WrOpcode.ATOMIC_FETCH_AND_ADD
+                    else 0,
+                    swap=ATOMIC_SWAP_VALUE,
+                )
+                qp.post_send(wr)
+                scnt += 1
+            self.driver.kick()
+            ccnt += len(await self._wait(cq, "operations", ccnt))
+        return self._report(iters, loop.time() - start)

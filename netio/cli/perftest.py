@@ -1,0 +1,158 @@
+"""``netio perftest write|read|send|atomic [HOST]``: be either side of
+perftest's ``ib_write_bw``, ``ib_read_bw``, ``ib_send_bw`` or ``ib_atomic_bw``
+(RC), over the soft RoCE engine.
+
+Without HOST netio is the server and waits for perftest's client; with HOST it
+connects to perftest's server. Options mean what perftest's do (``-s``, ``-n``,
+``-t``, ``-r``, ``-m``, ``-p``, ``-A``); ``-x``, ``-d`` and ``-F`` are accepted
+for copy-paste and ignored. Both sides need the same ``-s``/``-n``. Bandwidth
+is reported in MiB/s (perftest's "MB/sec") and the message rate in Mpps; as a
+WRITE/READ/ATOMIC server netio prints the client's report, as perftest does.
+Exit codes: 0 done; 1 the test failed; 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from netio.backends.soft import DriverSocketError, RxMode
+from netio.cli.soft_options import add_driver_options, faults_from_args
+from netio.interop import ExchangeError
+from netio.interop.perftest import (
+    DEFAULT_PORT,
+    AtomicType,
+    BwReport,
+    PerftestConfig,
+    PerftestKeys,
+    PerftestListener,
+    PerftestResult,
+    PerftestVerb,
+    run_perftest,
+)
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+_HEADER = (" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   "
+           "MsgRate[Mpps]")
+_LINE = "-" * 87
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "perftest", help="run perftest bandwidth tests (ib_write/read/send/atomic_bw) with netio "
+                         "as either side", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    configure(parser)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    # One sub-command per test, so that HOST is the only positional after the
+    # options (argparse cannot interleave options between two positionals).
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+    for verb in PerftestVerb:
+        sub = verbs.add_parser(verb.value, help=f"ib_{verb.value}_bw",
+                               description=f"netio as either side of ib_{verb.value}_bw")
+        _add_options(sub)
+        sub.set_defaults(func=run)
+
+
+def _add_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("host", nargs="?", default=None,
+                        help="perftest server to connect to (omit to be the server)")
+    parser.add_argument("-p", "--port", type=int, default=DEFAULT_PORT,
+                        help=f"TCP port of the exchange (default {DEFAULT_PORT})")
+    parser.add_argument("-s", "--size", type=int, default=None,
+                        help="message size in bytes (default 65536; atomics 8)")
+    parser.add_argument("-n", "--iters", type=int, default=1000,
+                        help="number of operations (default 1000)")
+    parser.add_argument("-t", "--tx-depth", type=int, default=128,
+                        help="operations in flight (default 128)")
+    parser.add_argument("-r", "--rx-depth", type=int, default=128,
+                        help="receives posted at a time, SEND server (default 128)")
+    parser.add_argument("-m", "--mtu", type=int, default=4096,
+                        help="MTU offered; the smaller of both sides' is used (default 4096)")
+    parser.add_argument("-A", "--atomic_type", choices=[a.value for a in AtomicType],
+                        default=AtomicType.FETCH_AND_ADD.value, help="atomic operation")
+    parser.add_argument("-x", "--gid-index", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("-d", "--ib-dev", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("-F", "--CPU-freq", action="store_true", help=argparse.SUPPRESS)
+    add_driver_options(parser)
+
+
+def _keys_line(side: str, keys: PerftestKeys) -> str:
+    gid = keys.gid.ipv4_mapped
+    return (f" {side} address: LID {keys.lid:#06x} QPN {keys.qpn:#08x} PSN {keys.psn:#08x} "
+            f"OUT {keys.out_reads:#04x} RKey {keys.rkey:#010x} VAddr {keys.vaddr:#018x}\n"
+            f" GID: ::ffff:{gid}" if gid is not None else f" GID: {keys.gid}")
+
+
+def _report_line(report: BwReport) -> str:
+    return (f" {report.size_bytes:<10d} {report.iters:<10d}     {report.bw_peak:<10.2f}"
+            f"         {report.bw_avg:<10.2f}           {report.msg_rate_mpps:<10.6f}")
+
+
+def _on_event(kind: str, value: object) -> None:
+    if kind in ("local", "remote") and isinstance(value, PerftestKeys):
+        print(_keys_line(kind, value), flush=True)
+    elif kind == "mtu":
+        print(f" Mtu             : {value}[B]", flush=True)
+    elif kind in ("report", "peer_report") and isinstance(value, BwReport):
+        print(_LINE)
+        print(_HEADER + ("   (the client's report)" if kind == "peer_report" else ""))
+        print(_report_line(value))
+        print(_LINE, flush=True)
+
+
+async def _run(config: PerftestConfig) -> PerftestResult:
+    if config.server is not None:
+        return await run_perftest(config, on_event=_on_event)
+    listener = PerftestListener()
+    await listener.listen(None, config.port)
+    try:
+        print(f"  waiting for a client on TCP port {listener.port}", flush=True)
+        return await run_perftest(config, listener=listener, on_event=_on_event)
+    finally:
+        await listener.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config = PerftestConfig(
+            verb=PerftestVerb(args.verb), server=args.host, port=args.port, local_ip=args.bind,
+            size_bytes=args.size, iters=args.iters, tx_depth=args.tx_depth,
+            rx_depth=args.rx_depth, mtu_bytes=args.mtu,
+            atomic_type=AtomicType(args.atomic_type), timeout_s=args.timeout,
+            rx_mode=RxMode(args.rx_mode), faults=faults_from_args(args), fault_seed=args.seed,
+        )
+    except (ExchangeError, ValueError) as exc:
+        print(f"netio perftest: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        result = asyncio.run(_run(config))
+    except (ExchangeError, DriverSocketError, OSError) as exc:
+        print(f"netio perftest: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return EXIT_FAILED
+    print(f" netio {result.verb.value} {'client' if result.is_client else 'server'} done "
+          f"(peer perftest {result.peer_version}, MTU {result.mtu_bytes})")
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m netio.cli.perftest``: the command on its own."""
+    parser = argparse.ArgumentParser(prog="netio perftest", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    configure(parser)
+    args = parser.parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
