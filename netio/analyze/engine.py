@@ -10,6 +10,7 @@ JSON document described in ``netio.analyze.schema``.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,7 @@ from netio.analyze.schema import SCHEMA_VERSION
 from netio.analyze.spreading import ASSUMPTIONS, FlowSeen, PauseEvent, build_chains
 from netio.analyze.storms import detect_storms
 from netio.analyze.units import format_ipv4_int, format_mac_int
-from netio.errors import CaptureError
+from netio.errors import CaptureError, CaptureWarning
 from netio.pcap.scan import CaptureScanner
 from netio.wire.bth import OPCODE_TABLE
 from netio.wire.ext import NakCode, rnr_timer_s
@@ -53,12 +54,14 @@ def capture_names(paths: Sequence[str]) -> list[CaptureInput]:
 
 
 def _first_ts(path: str) -> int | None:
-    try:
-        with CaptureScanner(path) as sc:
-            for chunk in sc.chunks(1):
-                return int(chunk.ts_ns[0])
-    except CaptureError:
-        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CaptureWarning)  # reported by the full pass
+        try:
+            with CaptureScanner(path) as sc:
+                for chunk in sc.chunks(1):
+                    return int(chunk.ts_ns[0])
+        except CaptureError:
+            return None
     return None
 
 

@@ -1,0 +1,228 @@
+"""netio-analyze and netio scenario from the command line: outputs, exit codes, bad input."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pcap_builders import block, epb, idb, pcap_file, shb
+
+from netio.analyze.engine import analyze
+from netio.analyze.options import AnalysisOptions
+from netio.analyze.presets import small_dict
+from netio.analyze.scenario import generate, scenario_from_dict
+from netio.analyze.schema import SCHEMA_VERSION, TOP_LEVEL_KEYS
+from netio.cli import scenario as scenario_cli
+from netio.cli.analyze import EXIT_OK, EXIT_STORM, EXIT_UNREADABLE, main
+
+REF = Path(__file__).parents[1] / ".." / "shared" / "rxe-lab" / "ref-rxe-rc.pcap"
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    out = tmp_path_factory.mktemp("cli")
+    return [str(p) for p in generate(scenario_from_dict(small_dict()), out).captures]
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_text_report_storm_exit_code(small: list[str], capsys: pytest.CaptureFixture[str]
+                                     ) -> None:
+    code, out, err = run(capsys, *small)
+    assert code == EXIT_STORM
+    lines = out.splitlines()
+    first_finding = lines[lines.index("Findings (most important first)") + 1]
+    assert "PFC storm" in first_finding
+    assert "paused[ms]" in out and "duration[ms]" in out and "Assumptions" in out
+    assert "Traceback" not in err
+
+
+def test_json_document(small: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--json", *small)
+    doc = json.loads(out)
+    assert code == EXIT_STORM
+    assert doc["schema_version"] == SCHEMA_VERSION
+    assert set(TOP_LEVEL_KEYS) <= doc.keys()
+
+
+def test_filters_and_no_storm_exit(small: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    # Before the storm starts nothing is paused: exit 0.
+    code, out, _ = run(capsys, "--json", "--end", "250ms", *small)
+    doc = json.loads(out)
+    assert code == EXIT_OK and doc["storms"] == [] and doc["pause_senders"] == []
+    code, out, _ = run(capsys, "--json", "--priority", "5", *small)
+    doc = json.loads(out)
+    assert doc["flows"] == [] and doc["pause_senders"] == []
+    code, out, _ = run(capsys, "--json", "--flow", "10.0.0.1>10.0.0.5", *small)
+    doc = json.loads(out)
+    assert {(f["src_ip"], f["dst_ip"]) for f in doc["flows"]} == {("10.0.0.1", "10.0.0.5")}
+    code, out, _ = run(capsys, "--json", "--storm-time", "400ms", *small)
+    assert json.loads(out)["storms"] == [] and code == EXIT_OK
+
+
+def test_link_speed_per_file(small: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    host3 = next(p for p in small if p.endswith("host3.pcap"))
+    _, out, _ = run(capsys, "--json", "--link-speed", "host3.pcap=25G", host3)
+    doc = json.loads(out)
+    assert doc["captures"][0]["link_bps"] == 25_000_000_000
+
+
+def test_plots(small: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run(capsys, "--plot", str(tmp_path / "plots"), *small)
+    for name in ("pause_timeline.png", "flow_throughput.png", "ce_cnp.png"):
+        data = (tmp_path / "plots" / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["--link-speed", "fast", "x.pcap"], ["--flow", "nope", "x.pcap"],
+                 ["--priority", "9", "x.pcap"], ["--storm-time", "soon", "x.pcap"]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def _frame(n: int = 60) -> bytes:
+    return b"\x02" * 6 + b"\x04" * 6 + b"\x08\x00" + bytes(n - 14)
+
+
+@pytest.mark.parametrize("case", ["missing", "empty", "garbage", "header_only"])
+def test_unreadable_inputs(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "x.pcap"
+    if case == "empty":
+        path.write_bytes(b"")
+    elif case == "garbage":
+        path.write_bytes(b"this is not a capture at all" * 10)
+    elif case == "header_only":
+        path.write_bytes(pcap_file([]))
+    code, out, err = run(capsys, str(path))
+    assert "Traceback" not in err
+    if case == "header_only":
+        assert code == EXIT_OK and "holds no packets" in err
+    else:
+        assert code == EXIT_UNREADABLE
+        assert "x.pcap" in err and "no capture could be read" in err
+
+
+def test_truncated_capture_reports_what_was_read(small: list[str], tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    data = Path(small[1]).read_bytes()
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes(data[: len(data) // 2 + 7])
+    code, out, err = run(capsys, "--json", str(cut))
+    doc = json.loads(out)
+    cap = doc["captures"][0]
+    assert not cap["complete"] and cap["packets"] > 0
+    assert "byte offset" in err and "record" in err
+    assert code in (EXIT_OK, EXIT_STORM)
+
+
+def test_pcapng_unknown_blocks_non_ethernet_non_roce(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    ref_frames = []
+    raw = REF.read_bytes()
+    off = 24
+    for _ in range(5):
+        caplen = struct.unpack_from("<I", raw, off + 8)[0]
+        ref_frames.append(raw[off + 16: off + 16 + caplen])
+        off += 16 + caplen
+    ng = shb() + idb(1) + block(0x0BAD, b"custom") + b"".join(
+        epb(0, i, f) for i, f in enumerate(ref_frames)) + block(0x0BAD, b"x")
+    p = tmp_path / "a.pcapng"
+    p.write_bytes(ng)
+    code, out, err = run(capsys, "--json", str(p))
+    assert json.loads(out)["captures"][0]["roce_packets"] == 5
+    raw_ip = tmp_path / "raw.pcap"  # linktype 101 (raw IP): RoCE without Ethernet
+    raw_ip.write_bytes(pcap_file([(1, i, f[14:], len(f) - 14) for i, f in enumerate(ref_frames)],
+                                 linktype=101))
+    code, out, err = run(capsys, "--json", str(raw_ip))
+    assert json.loads(out)["captures"][0]["roce_packets"] == 5
+    weird = tmp_path / "weird.pcap"  # a link type netio does not decode
+    weird.write_bytes(pcap_file([(1, 0, _frame(), 60)], linktype=147))
+    code, out, err = run(capsys, "--json", str(weird))
+    assert "could not be decoded" in err and code == EXIT_OK
+    plain = tmp_path / "plain.pcap"
+    plain.write_bytes(pcap_file([(1, i, _frame(), 60) for i in range(3)]))
+    code, out, err = run(capsys, str(plain))
+    assert "no RoCEv2 packets" in err and code == EXIT_OK
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 255)), max_size=8),
+       st.integers(24, 1 << 20))
+def test_fuzz_whole_pipeline(tmp_path_factory: pytest.TempPathFactory,
+                             flips: list[tuple[int, int]], cut: int) -> None:
+    base = _fuzz_base(tmp_path_factory)
+    data = bytearray(base[:cut])
+    for pos, val in flips:
+        if pos < len(data):
+            data[pos] = val
+    path = tmp_path_factory.mktemp("fz") / "f.pcap"
+    path.write_bytes(bytes(data))
+    doc = analyze([str(path)], AnalysisOptions())
+    assert doc["captures"][0]["records"] >= 0
+    json.dumps(doc)
+
+
+_BASE: dict[str, bytes] = {}
+
+
+def _fuzz_base(factory: pytest.TempPathFactory) -> bytes:
+    if "b" not in _BASE:
+        sc = small_dict()
+        sc["ports"] = [p for p in sc["ports"] if p["name"] == "sw1-p4"]
+        sc["flows"] = [f for f in sc["flows"] if f["hops"][0]["port"] == "sw1-p4"]
+        for f in sc["flows"]:
+            f["messages"] = min(f["messages"], 40)
+        sc["pauses"] = [p for p in sc["pauses"] if p["port"] == "sw1-p4"]
+        for p in sc["pauses"]:
+            p["duration"] = 0.002
+            p["start"] = 0.001
+        g = generate(scenario_from_dict(sc), factory.mktemp("base"), truth=False)
+        _BASE["b"] = g.captures[0].read_bytes()
+    return _BASE["b"]
+
+
+def test_scenario_subcommand(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="command")
+    scenario_cli.register(sub)
+    args = parser.parse_args(["scenario", "--list"])
+    assert args.func(args) == 0
+    assert "demo" in capsys.readouterr().out
+    args = parser.parse_args(["scenario", "--bench", "2000", str(tmp_path / "b")])
+    assert args.func(args) == 0
+    assert (tmp_path / "b" / "bench.pcap").stat().st_size > 0
+    assert (tmp_path / "b" / "truth.json").exists()
+    args = parser.parse_args(["scenario", "--preset", "nope", str(tmp_path / "c")])
+    assert args.func(args) == 2
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"name": "x"}')
+    args = parser.parse_args(["scenario", "--file", str(bad), str(tmp_path / "d")])
+    assert args.func(args) == 2
+    assert "missing" in capsys.readouterr().err
+
+
+def test_console_script_help() -> None:
+    exe = shutil.which("netio-analyze", path=str(Path(__file__).parents[1] / ".venv" / "bin"))
+    assert exe is not None
+    out = subprocess.run([exe, "--help"], capture_output=True, text=True, check=True).stdout
+    assert "Exit codes" in out and "storm" in out
+
+
+def _unused(_: Any) -> None:
+    return None
