@@ -108,7 +108,7 @@ def test_unreadable_inputs(case: str, tmp_path: Path, capsys: pytest.CaptureFixt
         path.write_bytes(b"this is not a capture at all" * 10)
     elif case == "header_only":
         path.write_bytes(pcap_file([]))
-    code, out, err = run(capsys, str(path))
+    code, _, err = run(capsys, str(path))
     assert "Traceback" not in err
     if case == "header_only":
         assert code == EXIT_OK and "holds no packets" in err

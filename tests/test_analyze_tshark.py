@@ -75,7 +75,7 @@ def test_counts_equal_tshark() -> None:
         top = None
         retx = 0
         for p in seq:
-            if top is not None and ((p - top) & 0xFFFFFF) >= 1 << 23 or p == top:
+            if (top is not None and ((p - top) & 0xFFFFFF) >= 1 << 23) or p == top:
                 retx += 1
             else:
                 top = p

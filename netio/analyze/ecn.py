@@ -61,11 +61,12 @@ class CnpMatcher:
             if st is None:
                 st = self.dirs[d] = _DirState()
             e = ce.get(d, np.empty(0, dtype=np.int64))
-            c = throttled.get(d)
-            if c is None:
+            got = throttled.get(d)
+            if got is None:
                 if st.unanswered_ns is None and e.size:
                     st.unanswered_ns = int(e[0])
                 continue
+            c = got
             prev = np.empty(c.size, dtype=np.int64)
             prev[0] = st.last_cnp_ns
             prev[1:] = c[:-1]

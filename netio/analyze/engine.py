@@ -176,8 +176,14 @@ def _size(path: str) -> int:
 def _pause_docs(queues: list[tuple[QueueState, dict[str, Any]]], origin: int,
                 opts: AnalysisOptions) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
                                                 list[dict[str, Any]], list[PauseEvent]]:
-    senders, storms, xon_storms, events = [], [], [], []
-    rel = lambda ns: (ns - origin) / 1e9  # noqa: E731
+    senders: list[dict[str, Any]] = []
+    storms: list[dict[str, Any]] = []
+    xon_storms: list[dict[str, Any]] = []
+    events: list[PauseEvent] = []
+
+    def rel(ns: int) -> float:
+        return (ns - origin) / 1e9
+
     for q, cap in queues:
         first = origin + round(cap["first_ts_s"] * 1e9)
         last = origin + round(cap["last_ts_s"] * 1e9)
@@ -284,7 +290,7 @@ def _flow_docs(fa: FlowAnalyzer, series: dict[int, Any], opts: AnalysisOptions,
         }
         if rid is not None:
             shown.add(rid)
-            rs, rd_, rq = fa.index.keys[rid]
+            rq = fa.index.keys[rid][2]
             doc["reverse"] = {
                 "dest_qp": rq, "packets": int(c["packets"][rid]), "bytes": int(c["bytes"][rid]),
                 "payload_bytes": int(c["payload"][rid]), "opcodes": _opcodes(fa, rid),
@@ -304,7 +310,7 @@ def _document(captures: list[dict[str, Any]], queues: list[tuple[QueueState, dic
     fairness_docs: list[dict[str, Any]] = []
     incast_docs: list[dict[str, Any]] = []
     series_doc: dict[str, Any] = {}
-    for cap, fa in flow_results:
+    for _cap, fa in flow_results:
         series = fa.goodput_series()
         flows.extend(_flow_docs(fa, series, opts, origin))
         by_dst: dict[str, list[int]] = {}
@@ -320,11 +326,11 @@ def _document(captures: list[dict[str, Any]], queues: list[tuple[QueueState, dic
             by_egress.setdefault(format_mac_int(int(fa.c["dst_mac"][fid])), []).append(fid)
             senders_to.setdefault(dst, []).append((fid, src))
         for kind, groups in (("destination", by_dst), ("egress", by_egress)):
-            for r in fairness(groups, series, kind, origin, opts.interval_ns):
+            for fr in fairness(groups, series, kind, origin, opts.interval_ns):
                 fairness_docs.append({
-                    "capture": fa.capture, "group": r.group, "key": r.key, "flows": r.flows,
-                    "windows": r.windows, "jain_min": r.jain_min, "jain_mean": r.jain_mean,
-                    "worst_window_start_s": (r.worst_window_start_ns - origin) / 1e9})
+                    "capture": fa.capture, "group": fr.group, "key": fr.key, "flows": fr.flows,
+                    "windows": fr.windows, "jain_min": fr.jain_min, "jain_mean": fr.jain_mean,
+                    "worst_window_start_s": (fr.worst_window_start_ns - origin) / 1e9})
         for inc in incasts(senders_to, series, opts.incast_senders, origin, opts.interval_ns):
             incast_docs.append({
                 "capture": fa.capture, "destination": format_ipv4_int(inc.destination),
@@ -334,7 +340,10 @@ def _document(captures: list[dict[str, Any]], queues: list[tuple[QueueState, dic
         series_doc[fa.capture] = {"interval_s": opts.interval_ns / 1e9,
                                   "ce_packets": ce.tolist(), "cnps": cnp.tolist()}
     chains = build_chains(events, seen, opts.causality_ns)
-    rel = lambda ns: (ns - origin) / 1e9  # noqa: E731
+
+    def rel(ns: int) -> float:
+        return (ns - origin) / 1e9
+
     spreading = []
     for ch in chains:
         r = ch.root

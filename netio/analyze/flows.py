@@ -368,7 +368,7 @@ class FlowAnalyzer:
                 a_ts = ts[sel]
                 mu = int(self.c["max_u"][fwd])
                 a_u = mu + signed_psn_delta(cols.psn[rows[sel]].astype(np.int64),
-                                            np.int64(mu & PSN_MASK))
+                                            np.full(sel.size, mu & PSN_MASK, np.int64))
                 cm = np.maximum.accumulate(a_u)
                 pu, pt = self.pending_ack[fwd]
                 j = np.maximum(np.searchsorted(a_ts, pt, side="left"),

@@ -221,7 +221,8 @@ _FLOW_OPTIONAL = {"pmtu", "rate", "start", "start_psn", "priority", "vlan", "ack
 
 def scenario_from_dict(doc: Mapping[str, Any]) -> Scenario:
     """Validate a scenario document (see the module docstring and ``PRESETS``)."""
-    _keys(doc, "scenario", {"name", "ports", "flows"}, {"pauses", "xon_storms", "story", "epoch_ns"})
+    _keys(doc, "scenario", {"name", "ports", "flows"},
+          {"pauses", "xon_storms", "story", "epoch_ns"})
     ports = []
     for i, p in enumerate(doc["ports"]):
         w = f"ports[{i}]"
@@ -584,7 +585,9 @@ def _read_rows(flow: FlowSpec, fidx: int, start: int, per_msg: int, ser_ns: int,
     msg_gap = max(ser_ns * per_msg, round(flow.message_bytes * 8e9 / flow.rate_bps))
     req_ts = _defer(start + np.arange(m, dtype=np.int64) * msg_gap, paused, ser_ns)
     req_psn_rel = np.arange(m, dtype=np.int64) * per_msg
-    psn_of = lambda rel: ((flow.start_psn + rel) % PSN_MODULUS).astype(np.uint32)  # noqa: E731
+
+    def psn_of(rel: I64) -> npt.NDArray[np.uint32]:
+        return ((flow.start_psn + rel) % PSN_MODULUS).astype(np.uint32)
     parts = [Rows.make(m, ts_ns=req_ts, kind=Kind.ROCE, flow=fidx, dir=0,
                        opcode=Opcode.RC_RDMA_READ_REQUEST, psn=psn_of(req_psn_rel),
                        ack_req=True, ecn=_ECT0, reth_len=flow.message_bytes)]

@@ -57,13 +57,13 @@ def truth_document(scenario: Scenario, tables: dict[str, Rows], flows: Sequence[
     t0 = min(firsts) if firsts else scenario.epoch_ns
     captures: dict[str, Any] = {}
     windows: dict[str, tuple[int, int]] = {}
-    for name, t in tables.items():
-        kind = t.cols["kind"]
-        ts = t.cols["ts_ns"]
-        first, last = (int(ts[0]), int(ts[-1])) if len(t) else (t0, t0)
+    for name, table in tables.items():
+        kind = table.cols["kind"]
+        ts = table.cols["ts_ns"]
+        first, last = (int(ts[0]), int(ts[-1])) if len(table) else (t0, t0)
         windows[name] = (first, last)
         captures[name] = {
-            "packets": len(t), "roce_packets": int(np.count_nonzero(kind == Kind.ROCE)),
+            "packets": len(table), "roce_packets": int(np.count_nonzero(kind == Kind.ROCE)),
             "pfc_frames": int(np.count_nonzero(kind == Kind.PFC)),
             "pause_frames": int(np.count_nonzero(kind == Kind.PAUSE)),
             "first_ts_s": _s(first, t0), "last_ts_s": _s(last, t0),
@@ -76,16 +76,17 @@ def truth_document(scenario: Scenario, tables: dict[str, Rows], flows: Sequence[
         kind_name = "pause" if p.priorities is None else "pfc"
         for prio in (p.priorities if p.priorities is not None else (None,)):
             per_queue.setdefault((p.port, p.src_mac, p.vlan, kind_name, prio), []).extend(frames)
-    for s in scenario.xon_storms:
-        a = scenario.epoch_ns + s.start_ns
-        frames = [(t, 0) for t in range(a, a + s.duration_ns, s.interval_ns)]
-        per_queue.setdefault((s.port, s.src_mac, None, "pfc", s.priority), []).extend(frames)
+    for xs in scenario.xon_storms:
+        a = scenario.epoch_ns + xs.start_ns
+        xframes = [(t, 0) for t in range(a, a + xs.duration_ns, xs.interval_ns)]
+        per_queue.setdefault((xs.port, xs.src_mac, None, "pfc", xs.priority), []).extend(xframes)
     senders = []
     storms = []
     xon_storms = []
     all_intervals: list[tuple[int, str, int, int | None]] = []  # (start, capture, mac, prio)
     for (port, mac, vlan, kind_name, prio), frames in sorted(
-            per_queue.items(), key=lambda kv: (kv[0][0], kv[0][1], 9 if kv[0][4] is None else kv[0][4])):
+            per_queue.items(),
+            key=lambda kv: (kv[0][0], kv[0][1], 9 if kv[0][4] is None else kv[0][4])):
         frames = sorted(frames)
         ivs = pause_intervals(frames, link[port])
         first, last = windows[port]
@@ -102,21 +103,21 @@ def truth_document(scenario: Scenario, tables: dict[str, Rows], flows: Sequence[
             "paused_fraction": inside / dur if dur > 0 else 0.0,
             "frame_rate_per_s": len(frames) / (dur / 1e9) if dur > 0 else 0.0,
         })
-        for s, e in _storms(ivs, opts):
-            storms.append({**base, "start_s": _s(s, t0), "end_s": _s(e, t0),
-                           "duration_s": (e - s) / 1e9})
-        for s, _ in ivs:
-            all_intervals.append((s, port, mac, prio))
-        xs = [t for t, q in frames if q == 0]
+        for a, e in _storms(ivs, opts):
+            storms.append({**base, "start_s": _s(a, t0), "end_s": _s(e, t0),
+                           "duration_s": (e - a) / 1e9})
+        for a, _ in ivs:
+            all_intervals.append((a, port, mac, prio))
+        xons = [t for t, q in frames if q == 0]
         run: list[int] = []
-        for t in [*xs, None]:
-            if t is not None and run and t - run[-1] <= opts.xon_gap_ns:
-                run.append(t)
+        for x in [*xons, None]:
+            if x is not None and run and x - run[-1] <= opts.xon_gap_ns:
+                run.append(x)
                 continue
             if len(run) > 1 and run[-1] - run[0] >= opts.xon_storm_ns:
                 xon_storms.append({**base, "start_s": _s(run[0], t0), "end_s": _s(run[-1], t0),
                                    "xon_frames": len(run)})
-            run = [t] if t is not None else []
+            run = [x] if x is not None else []
     flow_docs = []
     for fidx, (f, tr) in enumerate(zip(scenario.flows, flows, strict=True)):
         for h in f.hops:
@@ -126,14 +127,14 @@ def truth_document(scenario: Scenario, tables: dict[str, Rows], flows: Sequence[
             rev = mine & (t.cols["dir"] == 1)
             ops = t.cols["opcode"]
 
-            def mix(mask: Any) -> dict[str, int]:
+            def mix(mask: Any, ops: Any = ops) -> dict[str, int]:
                 vals, counts = np.unique(ops[mask], return_counts=True)
                 return {Opcode(int(v)).name: int(c) for v, c in zip(vals, counts, strict=True)}
 
-            ecn_fwd = {"ce_packets": 0, "cnps": 0, "cnp_reaction_s": None,
+            ecn_fwd: dict[str, Any] = {"ce_packets": 0, "cnps": 0, "cnp_reaction_s": None,
                        "cnp_rate_violations": 0}
             ecn_rev = dict(ecn_fwd)
-            ecn_data = {"ce_packets": tr.ce_packets, "cnps": tr.cnps,
+            ecn_data: dict[str, Any] = {"ce_packets": tr.ce_packets, "cnps": tr.cnps,
                         "cnp_reaction_s": _summary(tr.cnp_reaction_ns),
                         "cnp_rate_violations": tr.cnp_violations}
             if f.op == "read":

@@ -53,6 +53,10 @@ def _priorities(text: str) -> frozenset[int]:
     return values
 
 
+def _ip_or_any(text: str) -> int | None:
+    return None if text.strip() in ("", "*") else int(IPv4Address(text.strip()))
+
+
 def _flow(text: str) -> FlowFilter:
     """``SRC>DST[:QP]`` (either side may be ``*``); QP decimal or 0x hex."""
     try:
@@ -60,8 +64,7 @@ def _flow(text: str) -> FlowFilter:
         src, sep, dst = left.partition(">")
         if not sep:
             raise ValueError
-        ip = lambda s: None if s in ("", "*") else int(IPv4Address(s.strip()))  # noqa: E731
-        return FlowFilter(ip(src), ip(dst), int(qp, 0) if qp else None)
+        return FlowFilter(_ip_or_any(src), _ip_or_any(dst), int(qp, 0) if qp else None)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a flow (SRC>DST[:QP], e.g. 10.0.0.1>10.0.0.3:0x31)") from None
