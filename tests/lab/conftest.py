@@ -14,6 +14,7 @@ leaves the lab running after the session.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import subprocess
@@ -89,6 +90,16 @@ class LabHandle:
                 self.run(f"kill -9 $(cat /tmp/{name}.pid) 2>/dev/null", timeout_s=10)
                 return 137, log
             time.sleep(0.3)
+
+    @contextlib.contextmanager
+    def capture(self, path: Path) -> Iterator[Path]:
+        """tcpdump of RoCEv2 (UDP 4791) on the lab bridge into ``path`` while in the block."""
+        cli = [sys.executable, str(LAB_DIR / "rxelab.py"), "capture"]
+        subprocess.run([*cli, "start", str(path)], check=True, capture_output=True, timeout=60)
+        try:
+            yield path
+        finally:
+            subprocess.run([*cli, "stop"], check=True, capture_output=True, timeout=60)
 
     def netio(self, *args: str) -> list[str]:
         """argv that runs a netio CLI module inside the lab namespace."""
