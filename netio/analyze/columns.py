@@ -27,6 +27,10 @@ Field semantics (one row per captured record):
 - ``pfc_cev``/``quanta``: PFC class-enable vector and the 8 pause quanta (IEEE
   802.1Qbb §36.1.3); for 802.3x PAUSE ``pfc_cev`` is 0 and ``quanta[:, 0]`` holds
   the single pause time.
+
+``MALFORMED`` rows (a frame ``decode_frame`` rejects, or RoCE cut by the snap
+length before the end of its transport headers) carry only ``ts_ns``,
+``frame_bytes`` and the ``TRUNCATED`` flag; every other field is zero.
 """
 
 from __future__ import annotations

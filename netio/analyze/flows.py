@@ -154,32 +154,46 @@ class FlowAnalyzer:
         rows = np.nonzero(fid_all >= 0)[0]
         if rows.size == 0:
             return
-        f = fid_all[rows]
-        op = cols.opcode[rows]
-        ts = cols.ts_ns[rows]
-        flags = cols.flags[rows]
-        ecn = cols.ecn[rows]
-        pay = cols.payload_bytes[rows].astype(np.int64)
+        if rows.size == len(cols):  # all RoCE: views instead of gathers
+            rows_sel: npt.NDArray[np.intp] | slice = slice(None)
+        else:
+            rows_sel = rows
+        f = fid_all[rows_sel]
+        op = cols.opcode[rows_sel]
+        ts = cols.ts_ns[rows_sel]
+        flags = cols.flags[rows_sel]
+        ecn = cols.ecn[rows_sel]
+        pay = cols.payload_bytes[rows_sel].astype(np.int64)
         c = self.c
         self._add("packets", f)
-        self._add("bytes", f, cols.frame_bytes[rows])
+        self._add("bytes", f, cols.frame_bytes[rows_sel])
         self._add("payload", f, pay)
-        self._add("ce", f[ecn == 3])
-        self._add("ect", f[(ecn == 1) | (ecn == 2)])
-        self._add("fecn", f[(flags & Flag.FECN) != 0])
-        self._add("becn", f[(flags & Flag.BECN) != 0])
+        for name, mask in (("ce", ecn == 3), ("ect", (ecn == 1) | (ecn == 2)),
+                           ("fecn", (flags & Flag.FECN) != 0),
+                           ("becn", (flags & Flag.BECN) != 0)):
+            if mask.any():
+                self._add(name, f[mask])
         checked = (flags & Flag.ICRC_CHECKED) != 0
-        self._add("icrc_checked", f[checked])
-        self._add("icrc_bad", f[checked & ((flags & Flag.ICRC_OK) == 0)])
+        if checked.any():
+            self._add("icrc_checked", f[checked])
+            self._add("icrc_bad", f[checked & ((flags & Flag.ICRC_OK) == 0)])
         self.opcodes += np.bincount(f.astype(np.int64) * 256 + op,
                                     minlength=self.n * 256).reshape(self.n, 256)
-        c["dst_mac"][f] = cols.dst_mac[rows].astype(np.int64)
-        c["src_mac"][f] = cols.src_mac[rows].astype(np.int64)
-        c["pcp"][f] = cols.pcp[rows]
-        c["last_ts"][f] = ts
-        new = c["first_ts"][f] == 0
-        if np.any(new):
-            c["first_ts"][f[new][::-1]] = ts[new][::-1]
+        # Last (and first) row of each flow in this chunk, found with one scatter each.
+        pos = np.arange(f.size)
+        last = np.full(self.n, -1, np.int64)
+        last[f] = pos
+        present = np.nonzero(last >= 0)[0]
+        li = rows[last[present]]
+        c["dst_mac"][present] = cols.dst_mac[li].astype(np.int64)
+        c["src_mac"][present] = cols.src_mac[li].astype(np.int64)
+        c["pcp"][present] = cols.pcp[li]
+        c["last_ts"][present] = cols.ts_ns[li]
+        fresh = present[c["first_ts"][present] == 0]
+        if fresh.size:
+            first = np.full(self.n, -1, np.int64)
+            first[f[::-1]] = pos[::-1]
+            c["first_ts"][fresh] = cols.ts_ns[rows[first[fresh]]]
         is_req = _T["request"][op]
         data_w = np.zeros(rows.size, np.int64)
         if np.any(is_req):
