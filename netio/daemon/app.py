@@ -39,6 +39,9 @@ from netio.telemetry.profile import FabricProfile, empty_profile, to_json_dict
 from netio.telemetry.sample import Collection, Fault, Sample
 
 VERSION = "0.1.0"
+# Collectors on the same interval finish within milliseconds of each other:
+# one snapshot for all of them.
+PUBLISH_DELAY_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,8 @@ def build_jobs(config: Config) -> list[Job]:
     if config.rdma.enabled:
         jobs.append(Job("rdma", RdmaSysfsCollector(
             root, devices=config.rdma.devices,
-            passthrough_unknown=config.rdma.passthrough_unknown), config.rdma.interval_s, False))
+            passthrough_unknown=config.rdma.passthrough_unknown,
+            keep_open=config.rdma.keep_files_open), config.rdma.interval_s, False))
     if config.dcb.enabled and live:
         jobs.append(Job("dcb", DcbCollector(NetlinkDcbClient(root), devices=config.dcb.devices),
                         config.dcb.interval_s, False))
@@ -172,6 +176,7 @@ class Daemon:
         self._tasks: list[asyncio.Task[None]] = []
         self._pending: dict[str, asyncio.Future[Collection]] = {}
         self._stop = asyncio.Event()
+        self._publish_handle: asyncio.TimerHandle | None = None
         self.server: HttpServer | None = None
         self.started = asyncio.Event()
 
@@ -340,7 +345,7 @@ class Daemon:
             eventlog.emit("collector_fault_cleared", collector=name, kind=kind, source=source)
         h.last_faults = faults
         if not ok:
-            self._publish()
+            self._request_publish()
 
     def ingest(self, col: Collection, *, job_name: str | None = None) -> None:
         """Take one collection (also the entry point for tests and benchmarks)."""
@@ -357,7 +362,17 @@ class Daemon:
             self._watch(col, rates)
         if self.config.alarms:
             self._check_alarms(col, rates)
-        self._publish()
+        self._request_publish()
+
+    def _request_publish(self) -> None:
+        """Publish soon, once for all collectors that finish together (on a loop), or now."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._publish()
+            return
+        if self._publish_handle is None:
+            self._publish_handle = loop.call_later(PUBLISH_DELAY_S, self._publish)
 
     def _watch(self, col: Collection, rates: Mapping[tuple[str, tuple[str, ...]], float]) -> None:
         for w in derived.watch_inputs(col, rates):
@@ -418,6 +433,7 @@ class Daemon:
                 if st is StormState.STORMED}
 
     def _publish(self) -> None:
+        self._publish_handle = None
         now = time.time()
         dsamples, profile = derived.build(self.collections, self.derivation, self._storms(),
                                           self.host, now)

@@ -59,6 +59,8 @@ class RdmaSection:
     interval_s: float = 1.0
     devices: Selection = field(default_factory=Selection)
     passthrough_unknown: bool = False
+    # None: keep counter files open between polls only on a real sysfs mount
+    keep_files_open: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,8 +275,11 @@ def parse_config(data: dict[str, Any]) -> Config:
         raise ConfigError("collectors.ethtool.text_dir", "is required when source = \"text\"")
     t.done()
     t = cols.table("rdma")
+    keep = t._get("keep_files_open")
+    if keep is not None and not isinstance(keep, bool):
+        raise ConfigError("collectors.rdma.keep_files_open", f"must be true or false, got {keep!r}")
     rdma = RdmaSection(t.bool_("enabled", True), t.num("interval_s", 1.0),
-                       t.selection("devices"), t.bool_("passthrough_unknown", False))
+                       t.selection("devices"), t.bool_("passthrough_unknown", False), keep)
     t.done()
     t = cols.table("dcb")
     dcb = DcbSection(t.bool_("enabled", True), t.num("interval_s", 5.0), t.selection("devices"))

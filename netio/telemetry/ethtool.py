@@ -13,7 +13,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from netio.telemetry import metrics as m
 from netio.telemetry.sample import Collection, Fault, MetricSpec, Sample
@@ -152,10 +152,9 @@ class EthtoolTextSource:
             text = f.read()
         out: list[tuple[str, int]] = []
         for lineno, line in enumerate(text.splitlines(), 1):
-            line = line.strip()
-            if not line or line.endswith(":") or line.startswith("NIC statistics"):
-                continue
             name, sep, value = line.rpartition(":")
+            if not value.strip():
+                continue  # blank, or a header such as "NIC statistics:"
             if not sep:
                 raise ValueError(f"{ifname}.txt line {lineno}: no 'name: value'")
             try:
@@ -164,6 +163,9 @@ class EthtoolTextSource:
                 raise ValueError(f"{ifname}.txt line {lineno}: {value.strip()!r} is not an "
                                  "integer") from None
         return out
+
+
+_UNPLANNED: Any = object()
 
 
 class EthtoolCollector:
@@ -175,8 +177,17 @@ class EthtoolCollector:
         self.interfaces = interfaces
         self.stats = stats
         self.passthrough_unknown = passthrough_unknown
-        self._map: dict[str, Mapped | None] = {}
+        # per interface: stat name -> (metric, labels, scale), or None to skip
+        self._plans: dict[str, dict[str, tuple[MetricSpec, tuple[str, ...], float] | None]] = {}
         self._previous: frozenset[str] = frozenset()
+
+    def _plan(self, ifname: str, stat: str) -> tuple[MetricSpec, tuple[str, ...], float] | None:
+        if not self.stats(stat):
+            return None
+        mapped = normalise(stat)
+        if mapped is None:
+            return (m.ETHTOOL_OTHER, (ifname, stat), 1.0) if self.passthrough_unknown else None
+        return (mapped.spec, (ifname, *mapped.labels), mapped.scale)
 
     def collect(self) -> Collection:
         t0 = time.perf_counter()
@@ -199,21 +210,18 @@ class EthtoolCollector:
                 continue
             seen.append(ifname)
             keys: set[tuple[str, tuple[str, ...]]] = set()
+            plan = self._plans.setdefault(ifname, {})
             for stat, value in stats:
-                if not self.stats(stat):
+                entry = plan.get(stat, _UNPLANNED)
+                if entry is _UNPLANNED:
+                    entry = plan[stat] = self._plan(ifname, stat)
+                if entry is None:
                     continue
-                if stat in self._map:
-                    mapped = self._map[stat]
-                else:
-                    mapped = self._map[stat] = normalise(stat)
-                if mapped is None:
-                    if self.passthrough_unknown:
-                        samples.append(Sample(m.ETHTOOL_OTHER, (ifname, stat), float(value)))
-                    continue
-                smp = Sample(mapped.spec, (ifname, *mapped.labels), value * mapped.scale)
-                if smp.key not in keys:
-                    keys.add(smp.key)
-                    samples.append(smp)
+                spec, labels, scale = entry
+                key = (spec.name, labels)
+                if key not in keys:
+                    keys.add(key)
+                    samples.append(Sample(spec, labels, value * scale))
         for gone in sorted(self._previous - set(seen)):
             faults.append(Fault(self.name, "vanished", gone, "interface no longer present"))
         self._previous = frozenset(seen)

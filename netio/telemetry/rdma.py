@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from netio.telemetry import metrics as m
 from netio.telemetry.sample import Collection, Fault, MetricSpec, Sample
 from netio.telemetry.selection import ALL, Selection
-from netio.telemetry.sysfs import ReadFault, list_dir, read_attr
+from netio.telemetry.sysfs import AttrReader, ReadFault, is_sysfs, list_dir, read_attr
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,25 +141,45 @@ class RdmaSysfsCollector:
     name = "rdma"
 
     def __init__(self, sysfs_root: str = "/sys", *, devices: Selection = ALL,
-                 passthrough_unknown: bool = False) -> None:
+                 passthrough_unknown: bool = False, keep_open: bool | None = None) -> None:
+        """``keep_open``: keep counter files open between polls (default: only on a
+        real sysfs mount, see :class:`netio.telemetry.sysfs.AttrReader`)."""
         self.sysfs_root = sysfs_root
+        self.reader = AttrReader(is_sysfs(sysfs_root) if keep_open is None else keep_open)
         self.devices = devices
         self.passthrough_unknown = passthrough_unknown
         # Counter file lists per directory; re-listed when a device vanishes.
-        self._listing: dict[str, list[str]] = {}
+        self._plans: dict[str, list[tuple[str, str, MetricSpec, tuple[str, ...], float,
+                                           int]]] = {}
         self._previous: frozenset[str] = frozenset()
 
     def _fault(self, faults: list[Fault], kind: str, source: str, reason: str) -> None:
         faults.append(Fault(self.name, kind, source, reason))
 
-    def _counters(self, directory: str) -> list[str] | ReadFault:
-        cached = self._listing.get(directory)
+    def _plan(self, directory: str, table: dict[str, Norm], dev: str, port: str
+              ) -> list[tuple[str, str, MetricSpec, tuple[str, ...], float, int]] | ReadFault:
+        """(path, name, spec, labels, scale, width) per counter file to read; cached per
+        directory so the steady state does no listing, joining or name lookups."""
+        cached = self._plans.get(directory)
         if cached is not None:
             return cached
         listing = list_dir(directory)
-        if isinstance(listing, list):
-            self._listing[directory] = listing
-        return listing
+        if isinstance(listing, ReadFault):
+            return listing
+        plan: list[tuple[str, str, MetricSpec, tuple[str, ...], float, int]] = []
+        for cname in listing:
+            norm = table.get(cname)
+            if norm is None:
+                if not self.passthrough_unknown or cname in _SETTINGS:
+                    continue
+                plan.append((os.path.join(directory, cname), cname, m.RDMA_OTHER,
+                             (dev, port, cname), 1.0, 64))
+                continue
+            labels = (dev, port, *norm.extra)
+            plan.append((os.path.join(directory, cname), cname, norm.spec, labels, norm.scale,
+                         norm.width_bits))
+        self._plans[directory] = plan
+        return plan
 
     def collect(self) -> Collection:
         t0 = time.perf_counter()
@@ -183,7 +203,8 @@ class RdmaSysfsCollector:
                 self._port(os.path.join(base, dev, "ports", port), dev, port, samples, faults)
         for gone in sorted(self._previous - set(seen)):
             self._fault(faults, "vanished", gone, "device no longer present")
-            self._listing = {k: v for k, v in self._listing.items() if f"/{gone}/" not in k}
+            self._plans = {k: v for k, v in self._plans.items() if f"/{gone}/" not in k}
+            self.reader.drop_under(os.path.join(base, gone) + "/")
         self._previous = frozenset(seen)
         return Collection(self.name, tuple(samples), tuple(faults), time.time_ns(),
                           time.perf_counter() - t0, tuple(seen))
@@ -192,7 +213,6 @@ class RdmaSysfsCollector:
               faults: list[Fault]) -> None:
         labels = (dev, port)
         src = f"{dev}/{port}"
-        keys: set[tuple[str, tuple[str, ...]]] = set()
         for attr, spec in (("state", m.RDMA_PORT_STATE), ("phys_state", m.RDMA_PORT_PHYS_STATE)):
             text = read_attr(os.path.join(pdir, attr))
             if isinstance(text, ReadFault):
@@ -206,20 +226,20 @@ class RdmaSysfsCollector:
             bps = parse_rate_bps(rate)
             if bps is not None:
                 samples.append(Sample(m.RDMA_PORT_RATE, labels, bps / 8.0))
+        # A name in both groups (link_downed) is reported once, PMA first.
+        keys: set[tuple[str, tuple[str, ...]]] = set()
         for group, table in (("counters", PMA_NAMES), ("hw_counters", HW_NAMES)):
             gdir = os.path.join(pdir, group)
-            names = self._counters(gdir)
-            if isinstance(names, ReadFault):
+            plan = self._plan(gdir, table, dev, port)
+            if isinstance(plan, ReadFault):
                 # rxe and bnxt_re have no counters/: absence is normal, not a fault.
                 continue
-            for cname in names:
-                norm = table.get(cname)
-                if norm is None and (not self.passthrough_unknown or cname in _SETTINGS):
-                    continue
-                text = read_attr(os.path.join(gdir, cname))
+            for path, cname, spec, lv, scale, width in plan:
+                text = self.reader.read(path)
                 if isinstance(text, ReadFault):
                     if text.kind == "vanished":
-                        self._listing.pop(gdir, None)
+                        self._plans.pop(gdir, None)
+                        self.reader.drop_under(gdir)
                     self._fault(faults, text.kind, f"{src}/{group}/{cname}", text.reason)
                     continue
                 if _NOT_A_NUMBER.match(text):
@@ -230,12 +250,8 @@ class RdmaSysfsCollector:
                     self._fault(faults, "parse", f"{src}/{group}/{cname}",
                                 f"not an integer: {text[:40]!r}")
                     continue
-                if norm is None:
-                    samples.append(Sample(m.RDMA_OTHER, (dev, port, cname), float(value)))
-                else:
-                    smp = Sample(norm.spec, labels + norm.extra, value * norm.scale,
-                                 norm.width_bits)
-                    # A name in both groups (link_downed) is reported once, PMA first.
-                    if smp.key not in keys:
-                        keys.add(smp.key)
-                        samples.append(smp)
+                key = (spec.name, lv)
+                if key in keys:
+                    continue
+                keys.add(key)
+                samples.append(Sample(spec, lv, value * scale, width))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 
 class MetricKind(IntEnum):
@@ -26,9 +26,12 @@ class MetricSpec:
     labels: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Sample:
-    """One value of one series. ``width_bits`` is the counter's wrap width (32 or 64)."""
+class Sample(NamedTuple):
+    """One value of one series. ``width_bits`` is the counter's wrap width (32 or 64).
+
+    A NamedTuple rather than a frozen dataclass: a 10,000-series host makes
+    10,000 of these per second, and tuple construction is several times cheaper.
+    """
 
     spec: MetricSpec
     labels: tuple[str, ...]

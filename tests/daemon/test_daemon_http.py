@@ -63,7 +63,7 @@ def test_metrics_healthz_profile(mlx5_host: Mlx5Host, tmp_path: Path) -> None:
     h.write()
     with running_daemon(fixture_config(h)) as d:
         port = d.port
-        wait_for(lambda: {"netdev", "ethtool", "rdma"} <= set(d.collections))
+        wait_for(lambda: {"netdev", "ethtool", "rdma"} <= set(d.snapshot.collections))
         code, hdrs, body = http_get(port, "/metrics")
         assert code == 200 and hdrs["Content-Type"].startswith("text/plain; version=0.0.4")
         v = parse_exposition(body.decode())
@@ -219,7 +219,7 @@ def test_faults_hung_collector_vanishing_device_and_100_concurrent_scrapes(
             assert any("timeout" in f or "hung" in f for f in doc["collectors"]["hang"]["faults"])
             # ... and comes back
             (tmp_path / "gone").rename(h.sys / "class/infiniband/mlx5_1")
-            wait_for(lambda: "mlx5_1" in d.collections["rdma"].sources)
+            wait_for(lambda: "mlx5_1" in d.snapshot.collections["rdma"].sources)
             # an unreadable counter file
             hw = h.sys / "class/infiniband/mlx5_0/ports/1/hw_counters"
             (hw / "np_cnp_sent").unlink()
@@ -304,7 +304,7 @@ def test_web_config_errors(tmp_path: Path) -> None:
 
 def test_render_is_shared_by_concurrent_scrapers(mlx5_host: Mlx5Host) -> None:
     with running_daemon(fixture_config(mlx5_host)) as d:
-        wait_for(lambda: "rdma" in d.collections)
+        wait_for(lambda: "rdma" in d.snapshot.collections)
 
         async def many() -> list[bytes]:
             return await asyncio.gather(*(d.render_body(False) for _ in range(20)))
