@@ -106,9 +106,10 @@ def test_unreadable_file_is_a_fault_and_the_rest_is_read(mlx5_host: Mlx5Host) ->
     assert values(col)[(m.RDMA_CNP.name, ("mlx5_0", "1", "handled"))] == 5
 
 
-def test_device_disappears_and_reappears(tmp_path: Path) -> None:
+@pytest.mark.parametrize("keep_open", [False, True])
+def test_device_disappears_and_reappears(tmp_path: Path, keep_open: bool) -> None:
     h = Mlx5Host(tmp_path / "h", devices=2)
-    c = RdmaSysfsCollector(str(h.sys))
+    c = RdmaSysfsCollector(str(h.sys), keep_open=keep_open)
     assert set(c.collect().sources) == {"mlx5_0", "mlx5_1"}
     ib = h.sys / "class/infiniband"
     os.rename(ib / "mlx5_1", tmp_path / "away")
@@ -118,6 +119,18 @@ def test_device_disappears_and_reappears(tmp_path: Path) -> None:
     os.rename(tmp_path / "away", ib / "mlx5_1")
     col = c.collect()
     assert set(col.sources) == {"mlx5_0", "mlx5_1"} and col.faults == ()
+
+
+def test_kept_descriptors_see_in_place_updates(mlx5_host: Mlx5Host) -> None:
+    c = RdmaSysfsCollector(str(mlx5_host.sys), keep_open=True)
+    assert c.reader.keep_open and not RdmaSysfsCollector(str(mlx5_host.sys)).reader.keep_open
+    key = (m.RDMA_CNP.name, ("mlx5_0", "1", "sent"))
+    assert values(c.collect())[key] == 0
+    f = mlx5_host.sys / "class/infiniband/mlx5_0/ports/1/hw_counters/np_cnp_sent"
+    with open(f, "r+") as fh:  # rewritten in place, as sysfs regenerates on read
+        fh.write("123456\n")
+    assert values(c.collect())[key] == 123456
+    c.reader.close()
 
 
 def test_counter_file_vanishing_mid_listing(mlx5_host: Mlx5Host) -> None:
