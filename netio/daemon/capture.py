@@ -70,13 +70,25 @@ class CaptureRecord:
 
 
 def _summary(doc: Any) -> str:
-    if isinstance(doc, dict):
-        s = doc.get("summary")
-        if isinstance(s, str):
-            return s.splitlines()[0][:300] if s else ""
-        parts = [f"{k}={v}" for k, v in doc.items() if isinstance(v, int | float | str | bool)]
-        return ", ".join(parts)[:300] or f"keys: {', '.join(sorted(doc))[:280]}"
-    return f"{type(doc).__name__} report"
+    """One line from a netio-analyze JSON report: its own ``summary`` if it has one,
+    else the size of each result list (storms=1, flows=33, ...) and the first finding."""
+    if not isinstance(doc, dict):
+        return f"{type(doc).__name__} report"
+    own = doc.get("summary")
+    if isinstance(own, str) and own:
+        return own.splitlines()[0][:300]
+    skip = {"captures", "warnings", "assumptions"}
+    parts = [f"{k}={len(v)}" for k, v in doc.items() if isinstance(v, list) and k not in skip]
+    line = ", ".join(parts)
+    findings = doc.get("findings")
+    if isinstance(findings, list) and findings:
+        first = findings[0]
+        if isinstance(first, dict):
+            first = next((first[k] for k in ("summary", "message", "text", "title", "kind")
+                          if isinstance(first.get(k), str)), None)
+        if isinstance(first, str):
+            line += f"; first finding: {first}"
+    return (line or f"keys: {', '.join(sorted(doc))}")[:300]
 
 
 def analyzer_available() -> str | None:

@@ -132,3 +132,12 @@ def test_prune_keeps_the_directory_under_its_cap(tmp_path: Path) -> None:
                     "netio-20200103T000000Z-000000000-eth0.pcap0",
                     "netio-20200104T000000Z-000000000-eth0.json",
                     "netio-20200104T000000Z-000000000-eth0.pcap0"]
+
+
+def test_summary_line_from_a_report() -> None:
+    from netio.daemon.capture import _summary
+
+    assert _summary({"summary": "2 storms\nmore"}) == "2 storms"
+    line = _summary({"schema_version": 1, "storms": [{}], "flows": [{}, {}], "captures": [{}],
+                     "findings": [{"message": "PFC storm on port 1"}]})
+    assert line == "storms=1, flows=2, findings=1; first finding: PFC storm on port 1"
