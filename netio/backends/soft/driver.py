@@ -182,6 +182,11 @@ class SoftRoceDriver:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    @property
+    def link(self) -> FaultyLink | None:
+        """The egress lossy link (its ``counters`` say what it did), or None."""
+        return self._link
+
     # -- work requests -------------------------------------------------------------------
 
     def post_send(self, qp: QueuePair, wr: SendWr) -> None:
