@@ -28,13 +28,18 @@ import json, sys, time
 from netio.analyze.engine import analyze
 from netio.analyze.options import AnalysisOptions
 from netio.analyze.report import to_json
+def anon_kib():
+    return int(next(l.split()[1] for l in open("/proc/self/status") if l.startswith("RssAnon:")))
+peak_anon = [anon_kib()]
+def progress(done, total):
+    peak_anon[0] = max(peak_anon[0], anon_kib())
 t = time.perf_counter()
-doc = analyze([sys.argv[1]], AnalysisOptions())
+doc = analyze([sys.argv[1]], AnalysisOptions(), progress=progress)
 text = to_json(doc)
 wall = time.perf_counter() - t
 print(json.dumps({"wall_s": wall, "packets": doc["captures"][0]["packets"],
                   "json_bytes": len(text), "flows": len(doc["flows"]),
-                  "storms": len(doc["storms"]),
+                  "storms": len(doc["storms"]), "peak_anon_kib": max(peak_anon[0], anon_kib()),
                   "peak_rss_kib": int(next(l.split()[1] for l in open("/proc/self/status")
                                            if l.startswith("VmHWM:")))}))
 """
@@ -94,7 +99,12 @@ def main() -> int:
             print("tshark not found: ratio not measured")
         extra_small = r_small["peak_rss_kib"] - base["peak_rss_kib"]
         extra_big = r_big["peak_rss_kib"] - base["peak_rss_kib"]
-        print(f"peak RSS: imports alone {base['peak_rss_kib'] / 1024:.0f} MiB; "
+        print(f"peak anonymous RSS (sampled per chunk): {int(r_small['packets'])} packets "
+              f"{r_small['peak_anon_kib'] / 1024:.0f} MiB; {int(r_big['packets'])} packets "
+              f"{r_big['peak_anon_kib'] / 1024:.0f} MiB "
+              f"(x{r_big['peak_anon_kib'] / r_small['peak_anon_kib']:.2f} for "
+              f"x{r_big['packets'] / r_small['packets']:.1f} packets)")
+        print(f"peak RSS (VmHWM): imports alone {base['peak_rss_kib'] / 1024:.0f} MiB; "
               f"{int(r_small['packets'])} packets {r_small['peak_rss_kib'] / 1024:.0f} MiB; "
               f"{int(r_big['packets'])} packets {r_big['peak_rss_kib'] / 1024:.0f} MiB "
               f"(above imports: {extra_small / 1024:.0f} -> {extra_big / 1024:.0f} MiB, "

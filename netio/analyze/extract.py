@@ -11,6 +11,7 @@ appearance, natively (a C hash table) or with a dict; both give the same ids.
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv6Address
@@ -210,10 +211,23 @@ class CaptureChunks:
                     self.records += len(cols)
                     self.bytes_done = scanner.state.offset
                     yield cols
+                    _release(scanner.buffer, self.bytes_done)
             finally:
                 scanner.close()
                 self.warnings = tuple(str(w.message) for w in caught
                                       if issubclass(w.category, CaptureWarning))
+
+
+def _release(buffer: Any, upto: int) -> None:
+    """Drop the already-analysed pages of a mapped capture from this process's RSS.
+
+    The columns are copies, so nothing points into those pages any more; they
+    stay in the page cache. Keeps resident memory bounded by the chunk size.
+    """
+    if isinstance(buffer, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+        end = upto - upto % mmap.PAGESIZE
+        if end > 0:
+            buffer.madvise(mmap.MADV_DONTNEED, 0, end)
 
 
 class FlowIndex:
