@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 # (subcommand module, one-line help). Modules are imported only when listed
 # here, so a subcommand's heavy imports cost nothing to the others.
-SUBCOMMANDS: tuple[str, ...] = ("decode",)
+SUBCOMMANDS: tuple[str, ...] = ("decode", "scenario", "pingpong", "perftest")
 
 
 def build_parser() -> argparse.ArgumentParser:
