@@ -457,7 +457,8 @@ async def run_perftest(config: PerftestConfig, *, listener: PerftestListener | N
         local_ip = config.local_ip or ipaddress.IPv4Address(channel.local_ip)
     else:
         local_ip = config.local_ip or _route_source_ip(config.server, config.port)
-        channel = await PerftestChannel.connect(config.server, config.port)
+        channel = await PerftestChannel.connect(config.server, config.port,
+                                                timeout_s=config.timeout_s)
     try:
         driver = await SoftRoceDriver.open(local_ip, rx_mode=config.rx_mode,
                                            faults=config.faults, fault_seed=config.fault_seed)

@@ -252,7 +252,8 @@ class PingpongConfig:
     ``local_ip``: the RoCE address (GID ``::ffff:local_ip``); None takes, as a
     server, the address the client connected to, and as a client the source
     address of the route to the server. ``timeout_s``: give up when no
-    completion arrives for this long (the tools wait for ever)."""
+    completion arrives for this long (the tools wait for ever), and a client
+    retries connecting to its server for this long."""
 
     transport: QpType
     server: str | None = None
@@ -410,7 +411,8 @@ async def _run(config: PingpongConfig, driver: SoftRoceDriver,
     else:
         if config.server is None:
             raise ExchangeError("pingpong", "a client needs a server address")
-        theirs = await client_exchange(config.server, config.port, mine)
+        theirs = await client_exchange(config.server, config.port, mine,
+                                       connect_timeout_s=config.timeout_s)
         await connect(theirs)
     if on_address is not None:
         on_address("remote", theirs)
