@@ -43,6 +43,7 @@ from netio.roce import (
     WcOpcode,
     WcStatus,
     WrOpcode,
+    udp_source_port,
 )
 from netio.wire.icrc import verify_icrc
 
@@ -341,5 +342,26 @@ def test_retry_exceeded_when_the_link_is_dead() -> None:
             assert (c.wr_id, c.status) == (9, WcStatus.RETRY_EXC_ERR)
             assert a.qp.state is QpState.ERR
             assert a.driver.stats.timer_fires >= 3
+
+    asyncio.run(main())
+
+
+def test_each_qp_sends_with_its_dscp_ecn_and_source_port() -> None:
+    """DSCP/ECN per QP in the TOS byte; the source port rxe would pick for the QP pair."""
+    async def main() -> None:
+        async with connected(dscp=46, ecn=1) as (a, b):
+            sniffer = open_raw_receive_socket(b.driver.engine.local_ip, 4791)
+            try:
+                b.driver.post_recv(b.qp, RecvWr(0, (b.mr.sge(0, 64),)))
+                a.driver.post_send(a.qp, SendWr(0, WrOpcode.SEND, (a.mr.sge(0, 64),)))
+                await _collect(a, 1)
+                packet = sniffer.recv(65536)
+            finally:
+                sniffer.close()
+            got = parse_raw_ipv4(memoryview(packet))
+            assert got is not None
+            assert packet[1] == (46 << 2) | 1
+            assert got.src_port == udp_source_port(a.qp.qp_num, b.qp.qp_num) == a.qp.udp_src_port
+            assert verify_icrc(packet)
 
     asyncio.run(main())

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from netio.pcap import open_capture
+from netio.roce import udp_source_port
 from netio.wire.bth import Opcode
 from netio.wire.packet import decode_frame
 
@@ -41,9 +42,15 @@ def lossy_guest(lab1500) -> Iterator[object]:
 
 
 def _retransmissions(path: Path, kernel_ip: str, netio_ip: str) -> tuple[int, int, int]:
-    """(kernel retransmitted PSNs, netio retransmitted PSNs, frames) from the capture."""
+    """(kernel retransmitted PSNs, netio retransmitted PSNs, frames) from the capture.
+
+    Also checks what both sides must agree on: every frame's ICRC, and one UDP
+    source port per connection in both directions (rxe's flow-label rule is
+    symmetric in the two QPNs)."""
     ids: dict[tuple[int, int], set[int]] = defaultdict(set)
     sent_by_netio: Counter[tuple[int, int]] = Counter()
+    qpns: dict[str, int] = {}
+    ports: set[int] = set()
     frames = 0
     with open_capture(path) as capture:
         for record in capture:
@@ -53,15 +60,20 @@ def _retransmissions(path: Path, kernel_ip: str, netio_ip: str) -> tuple[int, in
             frames += 1
             assert frame.icrc_ok(), f"bad ICRC in frame {record.record_index}"
             bth = frame.roce.bth
+            assert frame.udp is not None
+            qpns[str(frame.ipv4.dst_ip)] = bth.dest_qp
+            ports.add(frame.udp.src_port)
+            src = str(frame.ipv4.src_ip)
+            if src == netio_ip:
+                assert frame.ipv4.identification == 0 and frame.ipv4.dont_fragment
             if bth.opcode in _RESPONSES:
                 continue
             key = (bth.dest_qp, bth.psn)
-            src = str(frame.ipv4.src_ip)
             if src == kernel_ip:
                 ids[key].add(frame.ipv4.identification)
             elif src == netio_ip:
-                assert frame.ipv4.identification == 0 and frame.ipv4.dont_fragment
                 sent_by_netio[key] += 1
+    assert ports == {udp_source_port(qpns[netio_ip], qpns[kernel_ip])}, ports
     kernel = sum(1 for seen in ids.values() if len(seen) > 1)
     netio = sum(1 for n in sent_by_netio.values() if n > 1)
     return kernel, netio, frames

@@ -65,11 +65,27 @@ def test_uc_ud_netio_client(lab1500, transport: str) -> None:
     _guest_server(lab1500, transport, 1000, 1024)
 
 
-@pytest.mark.parametrize("size", [4096, 65536])
+def test_rc_netio_server_udp_receive_mode(lab1500) -> None:
+    """The fallback receive path (a UDP socket: no IPv4 ID, so the ICRC is
+    checked modulo the ID) against rxe, which numbers its packets."""
+    guest = (f"ibv_rc_pingpong -d rxe0 -g {lab1500.guest.gid_index} -s 5000 -n {ITERS} -c "
+             f"{lab1500.host_ip}")
+    netio = ["--rc", "-s", "5000", "-n", str(ITERS), "--chk", "--bind", lab1500.host_ip,
+             "--rx-mode", "udp"]
+    _check(*lab1500.netio_server_guest_client(NETIO, netio, guest), ITERS)
+
+
+@pytest.mark.parametrize("size", [1, 1000, 4096, 65536])
 def test_rc_netio_server_mtu4096(lab9000, size: int) -> None:
     _netio_server(lab9000, "rc", size, 4096)
 
 
-@pytest.mark.parametrize("size", [4096, 65536])
+@pytest.mark.parametrize("size", [1, 1000, 4096, 65536])
 def test_rc_netio_client_mtu4096(lab9000, size: int) -> None:
     _guest_server(lab9000, "rc", size, 4096)
+
+
+@pytest.mark.parametrize("transport", ["uc", "ud"])
+def test_uc_ud_both_roles_mtu4096(lab9000, transport: str) -> None:
+    _netio_server(lab9000, transport, 4096, 4096)
+    _guest_server(lab9000, transport, 4096, 4096)
