@@ -102,18 +102,18 @@ class LabHandle:
             subprocess.run([*cli, "stop"], check=True, capture_output=True, timeout=60)
 
     def netio(self, *args: str) -> list[str]:
-        """argv that runs a netio CLI module inside the lab namespace."""
+        """argv that runs Python with ARGS inside the lab namespace."""
         return ["ip", "netns", "exec", self.ns, sys.executable, *args]
 
-    def start_netio(self, module: str, *args: str) -> NetioProcess:
-        """Start ``python -m MODULE ARGS`` inside the lab namespace."""
-        return NetioProcess(self.netio("-m", module, *args))
+    def start_netio(self, command: str, *args: str) -> NetioProcess:
+        """Start ``netio COMMAND ARGS`` (the umbrella CLI) inside the lab namespace."""
+        return NetioProcess(self.netio("-m", "netio.cli.main", command, *args))
 
-    def netio_server_guest_client(self, module: str, netio_args: list[str], guest_cmd: str,
+    def netio_server_guest_client(self, command: str, netio_args: list[str], guest_cmd: str,
                                   timeout_s: int = 180) -> tuple[int, str, int, str]:
         """netio as the server, the guest tool as its client. Returns
         (guest rc, guest output, netio rc, netio output)."""
-        proc = self.start_netio(module, *netio_args)
+        proc = self.start_netio(command, *netio_args)
         try:
             proc.wait_for("waiting for a client", timeout_s=30)
             guest_rc, guest_out = self.run(guest_cmd, timeout_s=timeout_s)
@@ -122,11 +122,11 @@ class LabHandle:
             proc.kill()
         return guest_rc, guest_out, netio_rc, proc.output
 
-    def guest_server_netio_client(self, module: str, netio_args: list[str], guest_cmd: str,
+    def guest_server_netio_client(self, command: str, netio_args: list[str], guest_cmd: str,
                                   name: str, timeout_s: int = 180) -> tuple[int, str, int, str]:
         """The guest tool as the server (in the background), netio as its client."""
         self.start_bg(guest_cmd, name)
-        proc = self.start_netio(module, *netio_args)
+        proc = self.start_netio(command, *netio_args)
         try:
             netio_rc = proc.wait(timeout_s=timeout_s)
         finally:

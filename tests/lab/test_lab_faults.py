@@ -24,7 +24,7 @@ from netio.wire.packet import decode_frame
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
-NETIO = "netio.cli.pingpong"
+NETIO = "pingpong"  # the netio subcommand
 ITERS = 100
 SIZE = 16384  # 16 packets per message at MTU 1024: go-back-N has something to resend
 NETEM = "delay 1ms reorder 25% 50% loss 5% duplicate 5%"

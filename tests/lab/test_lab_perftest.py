@@ -11,7 +11,7 @@ import pytest
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
-NETIO = "netio.cli.perftest"
+NETIO = "perftest"  # the netio subcommand
 ITERS = 200
 VERBS = ["write", "read", "send", "atomic"]
 _REPORT = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$", re.MULTILINE)

@@ -11,7 +11,7 @@ import pytest
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
-NETIO = "netio.cli.pingpong"
+NETIO = "pingpong"  # the netio subcommand
 ITERS = 100
 
 
