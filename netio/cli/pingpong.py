@@ -4,11 +4,11 @@ engine.
 
 Without HOST netio is the server and waits for the tool's client; with HOST
 it connects to the tool's server. The options mean what they mean to the
-tools (``-s``, ``-n``, ``-m``, ``-r``, ``-p``, ``--chk``); ``-g`` and ``-d``
-are accepted for copy-paste and ignored (netio has one RoCEv2 GID,
-``::ffff:<bind address>``). ``--chk`` checks every received message byte by
-byte against the ``--chk`` client's pattern, so the peer must use ``--chk``
-too. Output follows the tools'. Exit codes: 0 done; 1 the test failed; 2 bad
+tools (``-s``, ``-n``, ``-m``, ``-r``, ``-p``, ``--chk``); ``-g``, ``-d``,
+``-i``, ``-l`` and ``-e`` are accepted for copy-paste and ignored (netio has
+one RoCEv2 GID, ``::ffff:<bind address>``, and polls). ``--chk`` checks every
+received message byte by byte against the ``--chk`` client's pattern, so the
+peer must use ``--chk`` too. Output follows the tools'. Exit codes: 0 done; 1 the test failed; 2 bad
 arguments.
 """
 
@@ -68,6 +68,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="validate every received message (the peer must use --chk)")
     parser.add_argument("-g", "--gid-idx", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("-d", "--ib-dev", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("-i", "--ib-port", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("-l", "--sl", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("-e", "--events", action="store_true", help=argparse.SUPPRESS)
     add_driver_options(parser)
     parser.set_defaults(func=run, transport="rc")
 
