@@ -30,12 +30,18 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 LAB_DIR = (REPO / ".." / "shared" / "rxe-lab").resolve()
-sys.path.insert(0, str(LAB_DIR))
-
-import rxelab  # noqa: E402
-
 LAB_RUN = os.environ.get("RXE_LAB_RUN", "/run/rxe-lab")
 BOOT_TIMEOUT_S = 300
+
+
+def _rxelab() -> Any:
+    """The lab's Python module, imported when a lab test first needs it (so that
+    collecting these tests works where ../shared is absent)."""
+    if str(LAB_DIR) not in sys.path:
+        sys.path.insert(0, str(LAB_DIR))
+    import rxelab
+
+    return rxelab
 
 
 def _lab_mtu(item: pytest.Item) -> int:
@@ -200,7 +206,7 @@ class LabSession:
         if proc.returncode != 0:
             raise RuntimeError(f"{shlex.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}")
         self.booted = True
-        lab = rxelab.Lab.load(run=LAB_RUN)
+        lab = _rxelab().Lab.load(run=LAB_RUN)
         guest = lab.guest("g0")
         if getattr(guest, "gid_index", None) is None:
             raise RuntimeError(f"guest g0 has no RoCEv2 IPv4 GID: {guest.to_dict()}")
