@@ -10,13 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "netio_native.h"
-
-enum { K_OTHER = 0, K_ROCE = 1, K_PFC = 2, K_PAUSE = 3, K_MALFORMED = 4 };
-enum {
-    F_FECN = 0x01, F_BECN = 0x02, F_ACK_REQ = 0x04, F_VLAN = 0x08,
-    F_ICRC_CHECKED = 0x10, F_ICRC_OK = 0x20, F_TRUNCATED = 0x40, F_IPV6 = 0x80
-};
+#include "analyze_internal.h"
 
 /* Per opcode (IBTA Table 38/39, as netio.wire.bth.OPCODE_TABLE): valid,
  * extension header bytes, has payload, offset of RETH / AETH after the BTH
@@ -104,16 +98,10 @@ static inline uint64_t mac48(const uint8_t *p) {
     return ((uint64_t)be16(p) << 32) | be32(p + 2);
 }
 
-typedef struct {
-    uint64_t src_mac, dst_mac;
-    uint32_t src_ip, dst_ip, dest_qp, psn, msn, reth_len, payload_bytes;
-    uint16_t vlan;
-    uint8_t kind, flags, pcp, ecn, opcode, syndrome, pfc_cev;
-    uint16_t quanta[8];
-} row;
+typedef netio_analyze_row row;
 
 /* Returns the row kind; fills r. Mirrors extract_one / decode_frame. */
-static int classify(const uint8_t *f, size_t cap, int linktype, int verify, row *r) {
+static inline int classify(const uint8_t *f, size_t cap, int linktype, int verify, row *r) {
     size_t off;
     uint32_t etype;
     if (linktype == 1) {                  /* Ethernet */
@@ -184,8 +172,8 @@ static int classify(const uint8_t *f, size_t cap, int linktype, int verify, row 
         uint32_t word = be32(ip);
         if (word >> 28 != 6) return K_MALFORMED;
         r->ecn = (word >> 20) & 3;
-        r->src_ip = be32(ip + 8) ^ be32(ip + 12) ^ be32(ip + 16) ^ be32(ip + 20);
-        r->dst_ip = be32(ip + 24) ^ be32(ip + 28) ^ be32(ip + 32) ^ be32(ip + 36);
+        memcpy(r->src_ip6, ip + 8, 16);
+        memcpy(r->dst_ip6, ip + 24, 16);
         r->flags |= F_IPV6;
         proto = ip[6];
         l3_end = off + 40 + be16(ip + 4);
@@ -268,6 +256,62 @@ static int classify(const uint8_t *f, size_t cap, int linktype, int verify, row 
     return K_ROCE;
 }
 
+void netio_analyze_frame(const uint8_t *f, size_t cap, uint32_t orig_len, int linktype,
+                         int verify_icrc, netio_analyze_row *r) {
+    if (!g_ops_ready) init_ops();
+    memset(r, 0, sizeof *r);
+    int kind = classify(f, cap, linktype, verify_icrc, r);
+    if (kind == K_MALFORMED) memset(r, 0, sizeof *r);
+    r->kind = (uint8_t)kind;
+    if (cap < orig_len) r->flags |= F_TRUNCATED;
+}
+
+void netio_analyze_store(netio_analyze_columns *out, size_t i, const netio_analyze_row *r) {
+    out->src_mac[i] = r->src_mac;
+    out->dst_mac[i] = r->dst_mac;
+    out->src_ip[i] = r->src_ip;
+    out->dst_ip[i] = r->dst_ip;
+    out->dest_qp[i] = r->dest_qp;
+    out->psn[i] = r->psn;
+    out->msn[i] = r->msn;
+    out->reth_len[i] = r->reth_len;
+    out->payload_bytes[i] = r->payload_bytes;
+    out->vlan[i] = r->vlan;
+    out->kind[i] = r->kind;
+    out->flags[i] = r->flags;
+    out->pcp[i] = r->pcp;
+    out->ecn[i] = r->ecn;
+    out->opcode[i] = r->opcode;
+    out->syndrome[i] = r->syndrome;
+    out->pfc_cev[i] = r->pfc_cev;
+    memcpy(out->quanta + 8 * i, r->quanta, sizeof r->quanta);
+    memcpy(out->src_ip6 + 16 * i, r->src_ip6, 16);
+    memcpy(out->dst_ip6 + 16 * i, r->dst_ip6, 16);
+}
+
+void netio_analyze_load(const netio_analyze_columns *cols, size_t i, netio_analyze_row *r) {
+    r->src_mac = cols->src_mac[i];
+    r->dst_mac = cols->dst_mac[i];
+    r->src_ip = cols->src_ip[i];
+    r->dst_ip = cols->dst_ip[i];
+    r->dest_qp = cols->dest_qp[i];
+    r->psn = cols->psn[i];
+    r->msn = cols->msn[i];
+    r->reth_len = cols->reth_len[i];
+    r->payload_bytes = cols->payload_bytes[i];
+    r->vlan = cols->vlan[i];
+    r->kind = cols->kind[i];
+    r->flags = cols->flags[i];
+    r->pcp = cols->pcp[i];
+    r->ecn = cols->ecn[i];
+    r->opcode = cols->opcode[i];
+    r->syndrome = cols->syndrome[i];
+    r->pfc_cev = cols->pfc_cev[i];
+    memcpy(r->quanta, cols->quanta + 8 * i, sizeof r->quanta);
+    memcpy(r->src_ip6, cols->src_ip6 + 16 * i, 16);
+    memcpy(r->dst_ip6, cols->dst_ip6 + 16 * i, 16);
+}
+
 size_t netio_analyze_extract(const uint8_t *buf, size_t buf_len, const int64_t *frame_offset,
                              const uint32_t *caplen, const uint32_t *orig_len,
                              const uint16_t *linktype, size_t n, int verify_icrc,
@@ -275,37 +319,13 @@ size_t netio_analyze_extract(const uint8_t *buf, size_t buf_len, const int64_t *
     init_ops();
     for (size_t i = 0; i < n; i++) {
         row r;
-        memset(&r, 0, sizeof r);
         size_t off = (size_t)frame_offset[i];
         size_t cap = caplen[i];
         if (off > buf_len || cap > buf_len - off) cap = off > buf_len ? 0 : buf_len - off;
         const uint8_t *f = buf + (off > buf_len ? buf_len : off);
-        int kind = classify(f, cap, linktype[i], verify_icrc, &r);
-        uint8_t flags = r.flags;
-        if (cap < orig_len[i]) flags |= F_TRUNCATED;
-        if (kind == K_MALFORMED) {
-            memset(&r, 0, sizeof r);
-            flags = cap < orig_len[i] ? F_TRUNCATED : 0;
-        }
-        out->src_mac[i] = r.src_mac;
-        out->dst_mac[i] = r.dst_mac;
-        out->src_ip[i] = r.src_ip;
-        out->dst_ip[i] = r.dst_ip;
-        out->dest_qp[i] = r.dest_qp;
-        out->psn[i] = r.psn;
-        out->msn[i] = r.msn;
-        out->reth_len[i] = r.reth_len;
-        out->payload_bytes[i] = r.payload_bytes;
+        netio_analyze_frame(f, cap, orig_len[i], linktype[i], verify_icrc, &r);
+        netio_analyze_store(out, i, &r);
         out->frame_bytes[i] = orig_len[i];
-        out->vlan[i] = r.vlan;
-        out->kind[i] = (uint8_t)kind;
-        out->flags[i] = flags;
-        out->pcp[i] = r.pcp;
-        out->ecn[i] = r.ecn;
-        out->opcode[i] = r.opcode;
-        out->syndrome[i] = r.syndrome;
-        out->pfc_cev[i] = r.pfc_cev;
-        memcpy(out->quanta + 8 * i, r.quanta, sizeof r.quanta);
     }
     return n;
 }

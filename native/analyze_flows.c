@@ -1,94 +1,851 @@
-/* Dense flow ids for RoCE packets: (src IP, dst IP, dest QP) -> 0, 1, 2, ...
- * in order of first appearance, kept across chunks (an open-addressing hash
- * table that doubles when half full). Reference: netio.analyze.extract.FlowIndex
- * with a dict. */
+/* Capture analysis: one pass over the scanned records of a chunk.
+ *
+ * netio_analyzer_feed classifies each record (analyze_extract.c), applies the
+ * filters, counts kinds, hands PFC/PAUSE frames back as columns (the pause
+ * analysis is per queue and cheap, it stays in Python) and runs every
+ * per-packet RoCE analysis on compact per-flow state: counters, the request
+ * PSN state machine (24-bit unwrapping, gaps, duplicates, out-of-order
+ * fills), the READ-response PSN stream, message/goodput counts, pairing of a
+ * flow with its reverse direction, NAK/RNR, ACK and READ latency matching,
+ * CE-to-CNP reaction and DCQCN spacing, and per-interval data bytes.
+ *
+ * The reference is netio.analyze.flows.FlowReference, a plain sequential
+ * Python statement of the same rules (its docstring is the specification);
+ * tests/test_analyze_flows.py proves that both give identical results.
+ * Memory is O(flows): every per-flow list (open PSN gaps, requests awaiting
+ * an ACK or a READ response, latency samples) is bounded.
+ */
 #include <stdlib.h>
+#include <string.h>
 
-#include "netio_native.h"
+#include "analyze_internal.h"
 
-struct netio_flow_table {
-    uint32_t *keys;   /* 3 words per slot */
-    int32_t *ids;     /* -1: empty */
-    size_t cap;       /* power of two */
-    size_t len;
-    uint32_t *order;  /* keys by id, 3 words each */
-    size_t order_cap;
-};
+#define PSN_MASK 0xFFFFFFll
+#define PSN_HALF 0x800000ll
 
-static inline size_t hash3(uint32_t a, uint32_t b, uint32_t c) {
-    uint64_t h = (uint64_t)a * 0x9E3779B97F4A7C15ull;
-    h ^= ((uint64_t)b + 0x632BE59BD9B4E019ull) * 0xC2B2AE3D27D4EB4Full;
-    h ^= ((uint64_t)c + 0x165667B19E3779F9ull) * 0x27D4EB2F165667C5ull;
-    return (size_t)(h ^ (h >> 29));
+static inline int64_t psn_delta(uint32_t a, uint32_t b) {
+    return (((int64_t)a - (int64_t)b + PSN_HALF) & PSN_MASK) - PSN_HALF;
 }
 
-static int grow(netio_flow_table *t, size_t cap) {
-    uint32_t *keys = malloc(cap * 3 * sizeof(uint32_t));
-    int32_t *ids = malloc(cap * sizeof(int32_t));
-    if (!keys || !ids) { free(keys); free(ids); return -1; }
-    for (size_t i = 0; i < cap; i++) ids[i] = -1;
-    for (size_t id = 0; id < t->len; id++) {
-        const uint32_t *k = t->order + 3 * id;
-        size_t s = hash3(k[0], k[1], k[2]) & (cap - 1);
-        while (ids[s] >= 0) s = (s + 1) & (cap - 1);
-        ids[s] = (int32_t)id;
-        keys[3 * s] = k[0]; keys[3 * s + 1] = k[1]; keys[3 * s + 2] = k[2];
+/* ------------------------------------------------------------------ keys */
+
+/* w[0] = dest QP | IPv6 << 32; IPv4: w[1] = src, w[3] = dst; IPv6: w[1..2]
+ * src (high, low 64 bits), w[3..4] dst. Host pairs use the same layout with
+ * the QP zero. */
+typedef struct {
+    uint64_t w[5];
+} fkey;
+
+static inline uint64_t be64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return __builtin_bswap64(v);
+}
+
+static inline void row_key(const netio_analyze_row *r, fkey *k) {
+    if (r->flags & F_IPV6) {
+        k->w[0] = (uint64_t)r->dest_qp | (1ull << 32);
+        k->w[1] = be64(r->src_ip6);
+        k->w[2] = be64(r->src_ip6 + 8);
+        k->w[3] = be64(r->dst_ip6);
+        k->w[4] = be64(r->dst_ip6 + 8);
+    } else {
+        k->w[0] = r->dest_qp;
+        k->w[1] = r->src_ip;
+        k->w[2] = 0;
+        k->w[3] = r->dst_ip;
+        k->w[4] = 0;
     }
-    free(t->keys); free(t->ids);
-    t->keys = keys; t->ids = ids; t->cap = cap;
+}
+
+static inline uint64_t key_hash(const fkey *k) {
+    uint64_t h = k->w[0] * 0x9E3779B97F4A7C15ull;
+    h ^= k->w[1] * 0xC2B2AE3D27D4EB4Full;
+    h ^= k->w[2] * 0x165667B19E3779F9ull;
+    h ^= k->w[3] * 0x27D4EB2F165667C5ull;
+    h ^= k->w[4] * 0x94D049BB133111EBull;
+    h ^= h >> 31;
+    h *= 0xBF58476D1CE4E5B9ull;
+    return h ^ (h >> 29);
+}
+
+static inline int key_eq(const fkey *a, const fkey *b) {
+    return a->w[0] == b->w[0] && a->w[1] == b->w[1] && a->w[3] == b->w[3] &&
+           a->w[2] == b->w[2] && a->w[4] == b->w[4];
+}
+
+/* Open addressing (linear probing), doubled when half full; each slot holds
+ * an id and the hash's high bits so most mismatches skip the key compare. */
+typedef struct {
+    uint32_t id; /* UINT32_MAX: empty */
+    uint32_t tag;
+} slot_t;
+
+typedef struct {
+    slot_t *slots;
+    size_t mask;
+    fkey *keys; /* by id */
+    size_t len, keys_cap;
+} ktable;
+
+static int kt_rehash(ktable *t, size_t cap) {
+    slot_t *s = malloc(cap * sizeof *s);
+    if (!s) return -1;
+    for (size_t i = 0; i < cap; i++) s[i].id = UINT32_MAX;
+    for (size_t id = 0; id < t->len; id++) {
+        uint64_t h = key_hash(&t->keys[id]);
+        size_t j = h & (cap - 1);
+        while (s[j].id != UINT32_MAX) j = (j + 1) & (cap - 1);
+        s[j].id = (uint32_t)id;
+        s[j].tag = (uint32_t)(h >> 32);
+    }
+    free(t->slots);
+    t->slots = s;
+    t->mask = cap - 1;
     return 0;
 }
+
+static int kt_init(ktable *t) {
+    memset(t, 0, sizeof *t);
+    return kt_rehash(t, 1024);
+}
+
+static void kt_free(ktable *t) {
+    free(t->slots);
+    free(t->keys);
+}
+
+/* Id of k; -1 if absent and add is 0; -2 when out of memory. *added = 1 for a new key. */
+static inline int64_t kt_find(ktable *t, const fkey *k, int add, int *added) {
+    uint64_t h = key_hash(k);
+    uint32_t tag = (uint32_t)(h >> 32);
+    size_t j = h & t->mask;
+    for (;;) {
+        slot_t s = t->slots[j];
+        if (s.id == UINT32_MAX) break;
+        if (s.tag == tag && key_eq(&t->keys[s.id], k)) return s.id;
+        j = (j + 1) & t->mask;
+    }
+    if (!add) return -1;
+    if (t->len == t->keys_cap) {
+        size_t nc = t->keys_cap ? 2 * t->keys_cap : 1024;
+        fkey *nk = realloc(t->keys, nc * sizeof *nk);
+        if (!nk) return -2;
+        t->keys = nk;
+        t->keys_cap = nc;
+    }
+    uint32_t id = (uint32_t)t->len++;
+    t->keys[id] = *k;
+    t->slots[j].id = id;
+    t->slots[j].tag = tag;
+    if (2 * t->len > t->mask + 1 && kt_rehash(t, 2 * (t->mask + 1)) < 0) return -2;
+    *added = 1;
+    return id;
+}
+
+/* -------------------------------------------------------- FlowIndex table */
+
+struct netio_flow_table {
+    ktable kt;
+};
 
 netio_flow_table *netio_flow_table_new(void) {
     netio_flow_table *t = calloc(1, sizeof *t);
     if (!t) return NULL;
-    if (grow(t, 1024) < 0) { free(t); return NULL; }
+    if (kt_init(&t->kt) < 0) { free(t); return NULL; }
     return t;
 }
 
 void netio_flow_table_free(netio_flow_table *t) {
     if (!t) return;
-    free(t->keys); free(t->ids); free(t->order); free(t);
+    kt_free(&t->kt);
+    free(t);
 }
 
-size_t netio_flow_table_len(const netio_flow_table *t) { return t->len; }
+size_t netio_flow_table_len(const netio_flow_table *t) { return t->kt.len; }
 
-void netio_flow_table_keys(const netio_flow_table *t, size_t lo, size_t hi, uint32_t *out) {
-    for (size_t i = lo; i < hi && i < t->len; i++) {
-        out[3 * (i - lo)] = t->order[3 * i];
-        out[3 * (i - lo) + 1] = t->order[3 * i + 1];
-        out[3 * (i - lo) + 2] = t->order[3 * i + 2];
-    }
+void netio_flow_table_keys(const netio_flow_table *t, size_t lo, size_t hi, uint64_t *out) {
+    for (size_t i = lo; i < hi && i < t->kt.len; i++)
+        memcpy(out + 5 * (i - lo), t->kt.keys[i].w, sizeof(fkey));
 }
 
-int netio_flow_ids(netio_flow_table *t, const uint8_t *kind, const uint32_t *src_ip,
-                   const uint32_t *dst_ip, const uint32_t *dest_qp, size_t n, int32_t *out) {
+int netio_flow_ids(netio_flow_table *t, const netio_analyze_columns *cols, size_t n,
+                   int32_t *out) {
     for (size_t i = 0; i < n; i++) {
-        if (kind[i] != 1) { out[i] = -1; continue; }
-        uint32_t a = src_ip[i], b = dst_ip[i], c = dest_qp[i];
-        size_t mask = t->cap - 1;
-        size_t s = hash3(a, b, c) & mask;
-        for (;;) {
-            int32_t id = t->ids[s];
-            if (id < 0) break;
-            const uint32_t *k = t->keys + 3 * s;
-            if (k[0] == a && k[1] == b && k[2] == c) break;
-            s = (s + 1) & mask;
-        }
-        if (t->ids[s] >= 0) { out[i] = t->ids[s]; continue; }
-        if (t->len == t->order_cap) {
-            size_t nc = t->order_cap ? 2 * t->order_cap : 1024;
-            uint32_t *o = realloc(t->order, nc * 3 * sizeof(uint32_t));
-            if (!o) return -1;
-            t->order = o; t->order_cap = nc;
-        }
-        uint32_t *o = t->order + 3 * t->len;
-        o[0] = a; o[1] = b; o[2] = c;
-        int32_t id = (int32_t)t->len++;
-        t->ids[s] = id;
-        t->keys[3 * s] = a; t->keys[3 * s + 1] = b; t->keys[3 * s + 2] = c;
-        out[i] = id;
-        if (2 * t->len > t->cap && grow(t, 2 * t->cap) < 0) return -1;
+        if (cols->kind[i] != K_ROCE) { out[i] = -1; continue; }
+        netio_analyze_row r;
+        netio_analyze_load(cols, i, &r);
+        fkey k;
+        row_key(&r, &k);
+        int added = 0;
+        int64_t id = kt_find(&t->kt, &k, 1, &added);
+        if (id < 0) return -1;
+        out[i] = (int32_t)id;
     }
     return 0;
+}
+
+/* ------------------------------------------------------- bounded lists */
+
+/* A list of (a, b) int64 pairs stored from v[2*start]; grows by doubling. */
+typedef struct {
+    int64_t *v;
+    uint32_t start, len, cap;
+} pairs_t;
+
+static inline int64_t *pr_at(pairs_t *p, uint32_t i) { return p->v + 2 * (size_t)(p->start + i); }
+
+static int pr_room(pairs_t *p) {
+    if (p->start + p->len < p->cap) return 0;
+    if (p->start > 0) {
+        memmove(p->v, p->v + 2 * (size_t)p->start, 2 * sizeof(int64_t) * p->len);
+        p->start = 0;
+        return 0;
+    }
+    uint32_t nc = p->cap ? 2 * p->cap : 4;
+    int64_t *nv = realloc(p->v, 2 * sizeof(int64_t) * nc);
+    if (!nv) return -1;
+    p->v = nv;
+    p->cap = nc;
+    return 0;
+}
+
+static int pr_insert(pairs_t *p, uint32_t i, int64_t a, int64_t b) {
+    if (pr_room(p) < 0) return -1;
+    int64_t *at = pr_at(p, i);
+    memmove(at + 2, at, 2 * sizeof(int64_t) * (p->len - i));
+    at[0] = a;
+    at[1] = b;
+    p->len++;
+    return 0;
+}
+
+static void pr_erase(pairs_t *p, uint32_t i) {
+    int64_t *at = pr_at(p, i);
+    memmove(at, at + 2, 2 * sizeof(int64_t) * (p->len - i - 1));
+    p->len--;
+}
+
+static void pr_pop_front(pairs_t *p) {
+    p->start++;
+    if (--p->len == 0) p->start = 0;
+}
+
+/* Every k-th value, k doubling whenever more than NETIO_FLOW_MAX_SAMPLES are kept. */
+typedef struct {
+    int64_t *v;
+    uint32_t len, cap;
+    int64_t count, stride;
+} samples_t;
+
+static int samples_add(samples_t *s, int64_t value) {
+    if (s->stride == 0) s->stride = 1;
+    if (s->count++ % s->stride != 0) return 0;
+    if (s->len == s->cap) {
+        uint32_t nc = s->cap ? 2 * s->cap : 16;
+        int64_t *nv = realloc(s->v, nc * sizeof *nv);
+        if (!nv) return -1;
+        s->v = nv;
+        s->cap = nc;
+    }
+    s->v[s->len++] = value;
+    if (s->len > NETIO_FLOW_MAX_SAMPLES) {
+        for (uint32_t i = 0; 2 * i < s->len; i++) s->v[i] = s->v[2 * i];
+        s->len = (s->len + 1) / 2;
+        s->stride *= 2;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ flow state */
+
+typedef struct {
+    int64_t c[NETIO_FC_COUNT];
+    uint64_t opc[NETIO_FLOW_OPCODE_SLOTS];
+    int64_t *naks; /* 32 per NAK code, allocated at the first NAK */
+    /* Request PSNs (unwrapped to 64 bits). */
+    int64_t last_u, max_u, last_span;
+    uint32_t last_raw;
+    uint8_t have;
+    /* READ RESPONSE PSNs. */
+    uint8_t rr_have;
+    uint8_t unanswered; /* a CE mark of this direction awaits its CNP */
+    uint8_t cnp_seen;
+    uint32_t rr_last_raw;
+    int64_t rr_last_u, rr_max_u;
+    pairs_t missing, rr_missing; /* open gaps [lo, hi], ascending */
+    pairs_t pend_ack;            /* (PSN, ts) of AckReq requests, by PSN */
+    pairs_t pend_read;           /* (raw PSN, ts) of READ REQUESTs, in arrival order */
+    samples_t lat[3];            /* ACK latency, READ latency, CNP reaction */
+    int64_t unanswered_ts, last_cnp_ts;
+    int64_t cur_bin, cur_bytes;  /* data bytes of the open interval */
+    int64_t pair_fail_flows;     /* flow count when pairing last found no candidate */
+    int32_t next_same_hosts;     /* next flow with the same (src, dst), -1 at the end */
+    int32_t hosts;               /* host pair id */
+} flow_t;
+
+typedef struct {
+    int32_t head, tail;
+} hosts_t;
+
+/* A growable list of (key, bin, value) series entries. */
+typedef struct {
+    int64_t *v;
+    size_t len, cap;
+} series_t;
+
+struct netio_analyzer {
+    netio_analyzer_config cfg;
+    ktable flows_kt, hosts_kt;
+    flow_t *flows;
+    size_t flows_cap;
+    hosts_t *hosts;
+    size_t hosts_cap;
+    series_t series[3]; /* goodput (fid, bin, bytes), CE (-1, bin, n), CNP (-1, bin, n) */
+    int64_t cur_bin[2], cur_n[2];
+    int64_t summary[NETIO_ANALYZER_SUMMARY];
+    int oom;
+};
+
+static int series_push(series_t *s, int64_t key, int64_t bin, int64_t value) {
+    if (s->len == s->cap) {
+        size_t nc = s->cap ? 2 * s->cap : 256;
+        int64_t *nv = realloc(s->v, 3 * sizeof(int64_t) * nc);
+        if (!nv) return -1;
+        s->v = nv;
+        s->cap = nc;
+    }
+    int64_t *e = s->v + 3 * s->len++;
+    e[0] = key;
+    e[1] = bin;
+    e[2] = value;
+    return 0;
+}
+
+static inline int64_t bin_of(const netio_analyzer *a, int64_t ts) {
+    int64_t d = ts - a->cfg.origin_ns;
+    return d <= 0 ? 0 : d / a->cfg.interval_ns;
+}
+
+netio_analyzer *netio_analyzer_new(const netio_analyzer_config *cfg) {
+    netio_analyzer *a = calloc(1, sizeof *a);
+    if (!a) return NULL;
+    a->cfg = *cfg;
+    if (a->cfg.interval_ns < 1) a->cfg.interval_ns = 1;
+    if (kt_init(&a->flows_kt) < 0 || kt_init(&a->hosts_kt) < 0) {
+        netio_analyzer_free(a);
+        return NULL;
+    }
+    a->cur_bin[0] = a->cur_bin[1] = -1;
+    a->summary[NETIO_AS_FIRST_TS] = 0;
+    a->summary[NETIO_AS_LAST_TS] = 0;
+    return a;
+}
+
+static void flow_release(flow_t *f) {
+    free(f->naks);
+    free(f->missing.v);
+    free(f->rr_missing.v);
+    free(f->pend_ack.v);
+    free(f->pend_read.v);
+    for (int i = 0; i < 3; i++) free(f->lat[i].v);
+}
+
+void netio_analyzer_free(netio_analyzer *a) {
+    if (!a) return;
+    for (size_t i = 0; i < a->flows_kt.len && a->flows; i++) flow_release(&a->flows[i]);
+    free(a->flows);
+    free(a->hosts);
+    kt_free(&a->flows_kt);
+    kt_free(&a->hosts_kt);
+    for (int i = 0; i < 3; i++) free(a->series[i].v);
+    free(a);
+}
+
+/* The id of r's flow, created (with its host-pair link) on first sight; -1: no memory. */
+static int64_t flow_of(netio_analyzer *a, const netio_analyze_row *r) {
+    fkey k;
+    row_key(r, &k);
+    int added = 0;
+    int64_t fid = kt_find(&a->flows_kt, &k, 1, &added);
+    if (fid < 0) return -1;
+    if (!added) return fid;
+    if ((size_t)fid >= a->flows_cap) {
+        size_t nc = a->flows_cap ? 2 * a->flows_cap : 64;
+        flow_t *nf = realloc(a->flows, nc * sizeof *nf);
+        if (!nf) return -1;
+        a->flows = nf;
+        a->flows_cap = nc;
+    }
+    flow_t *f = &a->flows[fid];
+    memset(f, 0, sizeof *f);
+    f->c[NETIO_FC_PAIR] = -1;
+    f->cur_bin = -1;
+    f->pair_fail_flows = -1;
+    f->next_same_hosts = -1;
+    fkey hk = k;
+    hk.w[0] &= 1ull << 32;
+    int hadded = 0;
+    int64_t h = kt_find(&a->hosts_kt, &hk, 1, &hadded);
+    if (h < 0) return -1;
+    if (hadded) {
+        if ((size_t)h >= a->hosts_cap) {
+            size_t nc = a->hosts_cap ? 2 * a->hosts_cap : 64;
+            hosts_t *nh = realloc(a->hosts, nc * sizeof *nh);
+            if (!nh) return -1;
+            a->hosts = nh;
+            a->hosts_cap = nc;
+        }
+        a->hosts[h].head = a->hosts[h].tail = (int32_t)fid;
+    } else {
+        a->flows[a->hosts[h].tail].next_same_hosts = (int32_t)fid;
+        a->hosts[h].tail = (int32_t)fid;
+    }
+    f->hosts = (int32_t)h;
+    return fid;
+}
+
+static inline int64_t circular(uint32_t a, uint32_t b) {
+    int64_t d = ((int64_t)a - (int64_t)b) & PSN_MASK;
+    return d < (1ll << 24) - d ? d : (1ll << 24) - d;
+}
+
+/* Pair flow fid (which carries a response or CNP) with its reverse direction. */
+static void try_pair(netio_analyzer *a, int64_t fid, const netio_analyze_row *r, int response) {
+    flow_t *f = &a->flows[fid];
+    int64_t nflows = (int64_t)a->flows_kt.len;
+    if (f->pair_fail_flows == nflows) return; /* nothing new since no candidate was found */
+    const fkey *k = &a->flows_kt.keys[fid];
+    fkey rk = {{k->w[0] & (1ull << 32), k->w[3], k->w[4], k->w[1], k->w[2]}};
+    int64_t h = kt_find(&a->hosts_kt, &rk, 0, NULL);
+    int32_t only = -1, best = -1;
+    int ncand = 0;
+    int64_t best_d = 0;
+    if (h >= 0) {
+        for (int32_t x = a->hosts[h].head; x >= 0; x = a->flows[x].next_same_hosts) {
+            flow_t *g = &a->flows[x];
+            if (x == fid || g->c[NETIO_FC_PAIR] >= 0) continue;
+            ncand++;
+            only = x;
+            if (g->have) {
+                int64_t d = circular(g->last_raw, r->psn);
+                if (best < 0 || d < best_d) { best = x; best_d = d; }
+            }
+        }
+    }
+    if (ncand == 0) {
+        f->pair_fail_flows = nflows;
+        return;
+    }
+    int32_t other;
+    if (ncand == 1) other = only;
+    else if (response && best >= 0) other = best;
+    else return;
+    f->c[NETIO_FC_PAIR] = other;
+    a->flows[other].c[NETIO_FC_PAIR] = fid;
+}
+
+/* Open gaps: add [lo, hi] above every other one; fill p (1 if it was missing). */
+static void gap_add(netio_analyzer *a, pairs_t *m, int64_t lo, int64_t hi) {
+    if (pr_insert(m, m->len, lo, hi) < 0) { a->oom = 1; return; }
+    if (m->len > NETIO_FLOW_MAX_MISSING) pr_pop_front(m);
+}
+
+static int gap_fill(netio_analyzer *a, pairs_t *m, int64_t p) {
+    uint32_t lo = 0, hi = m->len; /* first range with start > p */
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (pr_at(m, mid)[0] <= p) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo == 0) return 0;
+    int64_t *g = pr_at(m, lo - 1);
+    if (p > g[1]) return 0;
+    int64_t s = g[0], e = g[1];
+    if (s == e) pr_erase(m, lo - 1);
+    else if (p == s) g[0] = p + 1;
+    else if (p == e) g[1] = p - 1;
+    else {
+        g[1] = p - 1;
+        if (pr_insert(m, lo, p + 1, e) < 0) a->oom = 1;
+    }
+    return 1;
+}
+
+static inline void sample(netio_analyzer *a, samples_t *s, int64_t v) {
+    if (samples_add(s, v) < 0) a->oom = 1;
+}
+
+/* Request packet: PSN state machine; returns 1 for a duplicate. */
+static int request(netio_analyzer *a, flow_t *f, const netio_analyze_row *r, int64_t ts,
+                   uint32_t of) {
+    int64_t *c = f->c;
+    uint32_t p = r->psn;
+    int64_t span = 1;
+    if (of & NETIO_OPF_READ_REQUEST) {
+        span = ((int64_t)r->reth_len + 255) / 256;
+        if (span < 1) span = 1;
+    }
+    int64_t psn_u, prev_max, tol;
+    if (!f->have) {
+        psn_u = p;
+        prev_max = (int64_t)p - 1;
+        tol = 1;
+    } else {
+        psn_u = f->last_u + psn_delta(p, f->last_raw);
+        prev_max = f->max_u;
+        tol = f->last_span;
+    }
+    int64_t ahead = psn_u - prev_max;
+    int dup = 0;
+    if (ahead > tol) {
+        c[NETIO_FC_GAPS]++;
+        c[NETIO_FC_GAP_PACKETS] += ahead - tol;
+        gap_add(a, &f->missing, prev_max + tol, psn_u - 1);
+    } else if (ahead <= 0) {
+        if (gap_fill(a, &f->missing, psn_u)) c[NETIO_FC_OOO]++;
+        else { c[NETIO_FC_DUPS]++; dup = 1; }
+    }
+    c[NETIO_FC_REQUESTS]++;
+    if (!dup) {
+        if (of & NETIO_OPF_ENDS_MESSAGE) c[NETIO_FC_MESSAGES]++;
+        c[NETIO_FC_GOODPUT] += r->payload_bytes;
+    }
+    f->last_raw = p;
+    f->last_u = psn_u;
+    if (!f->have || psn_u > f->max_u) f->max_u = psn_u;
+    f->last_span = span;
+    f->have = 1;
+    if (dup) return 1;
+    if (of & NETIO_OPF_READ_REQUEST) {
+        pairs_t *q = &f->pend_read;
+        if (pr_insert(q, q->len, p, ts) < 0) a->oom = 1;
+        if (q->len > NETIO_FLOW_MAX_PENDING) pr_pop_front(q);
+    } else if (r->flags & F_ACK_REQ) {
+        pairs_t *q = &f->pend_ack;
+        uint32_t i = q->len;
+        while (i > 0 && pr_at(q, i - 1)[0] > psn_u) i--;
+        if (pr_insert(q, i, psn_u, ts) < 0) a->oom = 1;
+        if (q->len > NETIO_FLOW_MAX_PENDING) pr_pop_front(q);
+    }
+    return 0;
+}
+
+/* READ RESPONSE packet on the responder's key: returns 1 for a duplicate. */
+static int read_response(netio_analyzer *a, flow_t *f, const netio_analyze_row *r, int64_t ts,
+                         uint32_t of) {
+    int64_t *c = f->c;
+    uint32_t p = r->psn;
+    int64_t psn_u, prev_max;
+    if (!f->rr_have) {
+        psn_u = p;
+        prev_max = (int64_t)p - 1;
+    } else {
+        psn_u = f->rr_last_u + psn_delta(p, f->rr_last_raw);
+        prev_max = f->rr_max_u;
+    }
+    int64_t ahead = psn_u - prev_max;
+    int dup = 0;
+    if (ahead > 1) {
+        /* A response message may start anywhere ahead (other requests use the
+         * PSNs in between); inside a message the next PSN is the next one. */
+        if (of & NETIO_OPF_RESPONSE_MIDDLE_LAST) {
+            c[NETIO_FC_RR_GAPS]++;
+            c[NETIO_FC_RR_GAP_PACKETS] += ahead - 1;
+            gap_add(a, &f->rr_missing, prev_max + 1, psn_u - 1);
+        }
+    } else if (ahead <= 0) {
+        if (gap_fill(a, &f->rr_missing, psn_u)) c[NETIO_FC_RR_OOO]++;
+        else { c[NETIO_FC_RR_DUPS]++; dup = 1; }
+    }
+    c[NETIO_FC_RR_PACKETS]++;
+    f->rr_last_raw = p;
+    f->rr_last_u = psn_u;
+    if (!f->rr_have || psn_u > f->rr_max_u) f->rr_max_u = psn_u;
+    f->rr_have = 1;
+    int64_t fwd = c[NETIO_FC_PAIR];
+    if ((of & NETIO_OPF_READ_RESPONSE_FIRST) && fwd >= 0) {
+        pairs_t *q = &a->flows[fwd].pend_read;
+        for (uint32_t i = q->len; i-- > 0;) {
+            int64_t *e = pr_at(q, i);
+            if (e[0] == p) {
+                int64_t t_req = e[1];
+                pr_erase(q, i);
+                if (t_req <= ts) sample(a, &a->flows[fwd].lat[1], ts - t_req);
+                break;
+            }
+        }
+    }
+    return dup;
+}
+
+/* An ACK (syndrome ACK, opcode ACKNOWLEDGE) on the responder's key at ts. */
+static void ack_latency(netio_analyzer *a, flow_t *rf, const netio_analyze_row *r, int64_t ts) {
+    int64_t fwd = rf->c[NETIO_FC_PAIR];
+    if (fwd < 0) return;
+    flow_t *f = &a->flows[fwd];
+    pairs_t *q = &f->pend_ack;
+    if (!f->have || q->len == 0) return;
+    int64_t a_u = f->max_u + psn_delta(r->psn, (uint32_t)(f->max_u & PSN_MASK));
+    uint32_t j = 0;
+    int kept = 0;
+    for (; j < q->len && pr_at(q, j)[0] <= a_u; j++) {
+        int64_t *e = pr_at(q, j);
+        if (e[1] <= ts) sample(a, &f->lat[0], ts - e[1]);
+        else kept = 1;
+    }
+    if (!kept) {
+        q->start += j;
+        q->len -= j;
+        if (q->len == 0) q->start = 0;
+        return;
+    }
+    /* Requests captured after this ACK stay pending, in order. */
+    uint32_t w = j;
+    for (uint32_t i = j; i-- > 0;) {
+        int64_t *e = pr_at(q, i);
+        if (e[1] > ts) {
+            w--;
+            int64_t *d = pr_at(q, w);
+            d[0] = e[0];
+            d[1] = e[1];
+        }
+    }
+    q->start += w;
+    q->len -= w;
+}
+
+/* All per-packet RoCE analyses of one (filtered) RoCE row. */
+static void flow_packet(netio_analyzer *a, const netio_analyze_row *r, int64_t ts,
+                        uint32_t frame_bytes) {
+    int64_t fid = flow_of(a, r);
+    if (fid < 0) { a->oom = 1; return; }
+    flow_t *f = &a->flows[fid];
+    int64_t *c = f->c;
+    uint8_t op = r->opcode;
+    uint32_t of = a->cfg.opflags[op];
+    if (c[NETIO_FC_PACKETS] == 0) c[NETIO_FC_FIRST_TS] = ts;
+    c[NETIO_FC_PACKETS]++;
+    c[NETIO_FC_BYTES] += frame_bytes;
+    c[NETIO_FC_PAYLOAD] += r->payload_bytes;
+    if (r->ecn == 3) c[NETIO_FC_CE]++;
+    else if (r->ecn) c[NETIO_FC_ECT]++;
+    if (r->flags & F_FECN) c[NETIO_FC_FECN]++;
+    if (r->flags & F_BECN) c[NETIO_FC_BECN]++;
+    if (r->flags & F_ICRC_CHECKED) {
+        c[NETIO_FC_ICRC_CHECKED]++;
+        if (!(r->flags & F_ICRC_OK)) c[NETIO_FC_ICRC_BAD]++;
+    }
+    f->opc[a->cfg.opslot[op]]++;
+    c[NETIO_FC_SRC_MAC] = (int64_t)r->src_mac;
+    c[NETIO_FC_DST_MAC] = (int64_t)r->dst_mac;
+    c[NETIO_FC_PCP] = r->pcp;
+    c[NETIO_FC_LAST_TS] = ts;
+    int64_t data = 0;
+    if (of & NETIO_OPF_REQUEST) {
+        if (!request(a, f, r, ts, of)) data = r->payload_bytes;
+    }
+    if ((of & (NETIO_OPF_RESPONSE | NETIO_OPF_CNP)) && c[NETIO_FC_PAIR] < 0) {
+        try_pair(a, fid, r, (of & NETIO_OPF_RESPONSE) != 0);
+        f = &a->flows[fid];
+        c = f->c;
+    }
+    if (of & NETIO_OPF_READ_RESPONSE) {
+        if (!read_response(a, f, r, ts, of)) data = r->payload_bytes;
+    } else if ((of & NETIO_OPF_RESPONSE) && !(of & NETIO_OPF_ACKNOWLEDGE)) {
+        data = r->payload_bytes;
+    }
+    if (of & NETIO_OPF_AETH) {
+        uint32_t syn = r->syndrome;
+        uint32_t type = (syn >> 5) & 3;
+        if (type == 3) {
+            if (!f->naks && !(f->naks = calloc(32, sizeof(int64_t)))) { a->oom = 1; return; }
+            f->naks[syn & 31]++;
+            c[NETIO_FC_NAKS]++;
+        } else if (type == 1) {
+            c[NETIO_FC_RNR]++;
+            c[NETIO_FC_RNR_CODES] |= 1ll << (syn & 31);
+        } else if (type == 0 && (of & NETIO_OPF_ACKNOWLEDGE)) {
+            ack_latency(a, f, r, ts);
+        }
+    }
+    if (r->ecn == 3) {
+        if (!f->unanswered) {
+            f->unanswered = 1;
+            f->unanswered_ts = ts;
+        }
+        int64_t b = bin_of(a, ts);
+        if (b != a->cur_bin[0]) {
+            if (a->cur_n[0] && series_push(&a->series[1], -1, a->cur_bin[0], a->cur_n[0]) < 0)
+                a->oom = 1;
+            a->cur_bin[0] = b;
+            a->cur_n[0] = 0;
+        }
+        a->cur_n[0]++;
+    }
+    if (of & NETIO_OPF_CNP) {
+        c[NETIO_FC_CNPS]++;
+        if (f->cnp_seen && ts - f->last_cnp_ts < a->cfg.cnp_min_gap_ns) c[NETIO_FC_CNP_VIOLATIONS]++;
+        f->cnp_seen = 1;
+        f->last_cnp_ts = ts;
+        int64_t d = c[NETIO_FC_PAIR];
+        if (d < 0) {
+            c[NETIO_FC_CNP_UNMATCHED]++;
+        } else {
+            flow_t *df = &a->flows[d];
+            if (df->unanswered && df->unanswered_ts <= ts) {
+                sample(a, &df->lat[2], ts - df->unanswered_ts);
+                df->unanswered = 0;
+            }
+        }
+        int64_t b = bin_of(a, ts);
+        if (b != a->cur_bin[1]) {
+            if (a->cur_n[1] && series_push(&a->series[2], -1, a->cur_bin[1], a->cur_n[1]) < 0)
+                a->oom = 1;
+            a->cur_bin[1] = b;
+            a->cur_n[1] = 0;
+        }
+        a->cur_n[1]++;
+    }
+    if (data > 0) {
+        c[NETIO_FC_DATA_PAYLOAD] += data;
+        int64_t b = bin_of(a, ts);
+        if (b != f->cur_bin) {
+            if (f->cur_bytes && series_push(&a->series[0], fid, f->cur_bin, f->cur_bytes) < 0)
+                a->oom = 1;
+            f->cur_bin = b;
+            f->cur_bytes = 0;
+        }
+        f->cur_bytes += data;
+    }
+}
+
+/* ------------------------------------------------------------ the passes */
+
+static inline int keep_roce(const netio_analyzer_config *cfg, const netio_analyze_row *r) {
+    uint32_t bit = (r->flags & F_VLAN) ? (r->pcp & 7u) : 8u;
+    if (!((cfg->roce_pcp_mask >> bit) & 1u)) return 0;
+    uint32_t ff = cfg->flow_filter;
+    if (!ff) return 1;
+    int v4 = !(r->flags & F_IPV6);
+    int fwd = 1, rev = 1;
+    if (ff & NETIO_FLOW_FILTER_SRC) {
+        fwd &= v4 && r->src_ip == cfg->flow_src_ip;
+        rev &= v4 && r->dst_ip == cfg->flow_src_ip;
+    }
+    if (ff & NETIO_FLOW_FILTER_DST) {
+        fwd &= v4 && r->dst_ip == cfg->flow_dst_ip;
+        rev &= v4 && r->src_ip == cfg->flow_dst_ip;
+    }
+    if (ff & NETIO_FLOW_FILTER_QP) fwd &= r->dest_qp == cfg->flow_dest_qp;
+    return fwd || rev;
+}
+
+int netio_analyzer_feed(netio_analyzer *a, const uint8_t *buf, size_t buf_len,
+                        const int64_t *ts_ns, const int64_t *frame_offset,
+                        const uint32_t *caplen, const uint32_t *orig_len,
+                        const uint16_t *linktype, size_t n, netio_analyze_columns *ctl,
+                        size_t ctl_cap, size_t *ctl_n) {
+    const netio_analyzer_config *cfg = &a->cfg;
+    int64_t *sum = a->summary;
+    size_t nc = *ctl_n;
+    for (size_t i = 0; i < n; i++) {
+        if (i + 4 < n) {
+            size_t po = (size_t)frame_offset[i + 4];
+            if (po < buf_len) __builtin_prefetch(buf + po);
+        }
+        int64_t ts = ts_ns[i];
+        if (ts < cfg->start_ns || ts >= cfg->end_ns) continue;
+        size_t off = (size_t)frame_offset[i];
+        size_t cap = caplen[i];
+        if (off > buf_len || cap > buf_len - off) cap = off > buf_len ? 0 : buf_len - off;
+        const uint8_t *f = buf + (off > buf_len ? buf_len : off);
+        netio_analyze_row r;
+        netio_analyze_frame(f, cap, orig_len[i], linktype[i], cfg->verify_icrc, &r);
+        if (r.kind == K_ROCE && !keep_roce(cfg, &r)) continue;
+        if (sum[NETIO_AS_ROWS]++ == 0) sum[NETIO_AS_FIRST_TS] = ts;
+        sum[NETIO_AS_LAST_TS] = ts;
+        sum[r.kind]++;
+        if (r.kind == K_ROCE) {
+            flow_packet(a, &r, ts, orig_len[i]);
+        } else if (r.kind == K_PFC || r.kind == K_PAUSE) {
+            if (nc >= ctl_cap) return -2;
+            netio_analyze_store(ctl, nc, &r);
+            ctl->ts_ns[nc] = ts;
+            ctl->frame_bytes[nc] = orig_len[i];
+            nc++;
+        }
+    }
+    *ctl_n = nc;
+    return a->oom ? -1 : 0;
+}
+
+int netio_analyzer_feed_columns(netio_analyzer *a, const netio_analyze_columns *cols, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (cols->kind[i] != K_ROCE) continue;
+        netio_analyze_row r;
+        netio_analyze_load(cols, i, &r);
+        flow_packet(a, &r, cols->ts_ns[i], cols->frame_bytes[i]);
+    }
+    return a->oom ? -1 : 0;
+}
+
+void netio_analyzer_summary(const netio_analyzer *a, int64_t *out) {
+    memcpy(out, a->summary, sizeof a->summary);
+}
+
+size_t netio_analyzer_flows(const netio_analyzer *a) { return a->flows_kt.len; }
+
+void netio_analyzer_export(const netio_analyzer *a, uint64_t *keys, int64_t *counters,
+                           uint64_t *opcodes, int64_t *naks) {
+    size_t n = a->flows_kt.len;
+    for (size_t i = 0; i < n; i++) {
+        const flow_t *f = &a->flows[i];
+        memcpy(keys + 5 * i, a->flows_kt.keys[i].w, sizeof(fkey));
+        memcpy(counters + NETIO_FC_COUNT * i, f->c, sizeof f->c);
+        memcpy(opcodes + NETIO_FLOW_OPCODE_SLOTS * i, f->opc, sizeof f->opc);
+        if (f->naks) memcpy(naks + 32 * i, f->naks, 32 * sizeof(int64_t));
+        else memset(naks + 32 * i, 0, 32 * sizeof(int64_t));
+    }
+}
+
+size_t netio_analyzer_samples(const netio_analyzer *a, size_t fid, int which, int64_t *out,
+                              int64_t *count) {
+    if (fid >= a->flows_kt.len || which < 0 || which > 2) { *count = 0; return 0; }
+    const samples_t *s = &a->flows[fid].lat[which];
+    if (s->len) memcpy(out, s->v, s->len * sizeof(int64_t));
+    *count = s->count;
+    return s->len;
+}
+
+size_t netio_analyzer_series_len(const netio_analyzer *a, int which) {
+    if (which < 0 || which > 2) return 0;
+    size_t n = a->series[which].len;
+    if (which == 0) {
+        for (size_t i = 0; i < a->flows_kt.len; i++) n += a->flows[i].cur_bytes != 0;
+    } else {
+        n += a->cur_n[which - 1] != 0;
+    }
+    return n;
+}
+
+void netio_analyzer_series(const netio_analyzer *a, int which, int64_t *out) {
+    if (which < 0 || which > 2) return;
+    const series_t *s = &a->series[which];
+    if (s->len) memcpy(out, s->v, 3 * sizeof(int64_t) * s->len);
+    size_t k = s->len;
+    if (which == 0) {
+        for (size_t i = 0; i < a->flows_kt.len; i++) {
+            const flow_t *f = &a->flows[i];
+            if (!f->cur_bytes) continue;
+            out[3 * k] = (int64_t)i;
+            out[3 * k + 1] = f->cur_bin;
+            out[3 * k + 2] = f->cur_bytes;
+            k++;
+        }
+    } else if (a->cur_n[which - 1]) {
+        out[3 * k] = -1;
+        out[3 * k + 1] = a->cur_bin[which - 1];
+        out[3 * k + 2] = a->cur_n[which - 1];
+    }
 }

@@ -70,8 +70,9 @@ size_t netio_pcap_scan(const uint8_t *buf, size_t len, netio_pcap_scan_state *st
                        uint32_t *caplen, uint32_t *orig_len, uint16_t *linktype,
                        uint32_t *interface_id);
 /* Capture analysis (native/analyze_extract.c, analyze_flows.c; Python side
- * netio/analyze/extract.py). One pointer per column, n entries each
- * (quanta: 8 per entry); see netio.analyze.columns for the meaning. */
+ * netio/analyze/extract.py and flows.py). One pointer per column, n entries
+ * each (quanta: 8 per entry, src_ip6/dst_ip6: 16 bytes per entry); see
+ * netio.analyze.columns for the meaning. */
 typedef struct {
     int64_t *ts_ns;
     uint64_t *src_mac;
@@ -93,6 +94,8 @@ typedef struct {
     uint8_t *syndrome;
     uint8_t *pfc_cev;
     uint16_t *quanta;
+    uint8_t *src_ip6;
+    uint8_t *dst_ip6;
 } netio_analyze_columns;
 /* Classify and extract n frames at buf + frame_offset[i] (caplen[i] bytes
  * captured of orig_len[i]); ts_ns is left to the caller. Returns n. */
@@ -103,15 +106,91 @@ size_t netio_analyze_extract(const uint8_t *buf, size_t buf_len, const int64_t *
 /* out[6]: valid, extension header bytes, has payload, RETH offset, AETH
  * offset (after the BTH, -1 if none), UD, as the extractor uses them. */
 void netio_analyze_opcode_layout(uint8_t opcode, int32_t *out);
-/* Flow ids: (src IP, dst IP, dest QP) -> dense id, kept across calls. */
+/* Flow keys, 5 words each: dest QP | IPv6 << 32, then the source and the
+ * destination address (IPv4: the address and 0; IPv6: high and low 64 bits). */
+/* FlowIndex: exact flow keys -> dense ids in order of first appearance. */
 typedef struct netio_flow_table netio_flow_table;
 netio_flow_table *netio_flow_table_new(void);
 void netio_flow_table_free(netio_flow_table *t);
 size_t netio_flow_table_len(const netio_flow_table *t);
-void netio_flow_table_keys(const netio_flow_table *t, size_t lo, size_t hi, uint32_t *out);
+void netio_flow_table_keys(const netio_flow_table *t, size_t lo, size_t hi, uint64_t *out);
 /* out[i] = id of row i's flow (kind 1 = RoCE), -1 for other rows; 0 or -1 (no memory). */
-int netio_flow_ids(netio_flow_table *t, const uint8_t *kind, const uint32_t *src_ip,
-                   const uint32_t *dst_ip, const uint32_t *dest_qp, size_t n, int32_t *out);
+int netio_flow_ids(netio_flow_table *t, const netio_analyze_columns *cols, size_t n,
+                   int32_t *out);
+/* The per-packet analyses (analyze_flows.c; reference netio.analyze.flows.FlowReference).
+ * Per-flow counters, in the order of netio.analyze.flows.COUNTERS. */
+enum netio_flow_counter {
+    NETIO_FC_PACKETS = 0, NETIO_FC_BYTES = 1, NETIO_FC_PAYLOAD = 2, NETIO_FC_CE = 3,
+    NETIO_FC_ECT = 4, NETIO_FC_FECN = 5, NETIO_FC_BECN = 6, NETIO_FC_ICRC_CHECKED = 7,
+    NETIO_FC_ICRC_BAD = 8, NETIO_FC_REQUESTS = 9, NETIO_FC_GAPS = 10,
+    NETIO_FC_GAP_PACKETS = 11, NETIO_FC_DUPS = 12, NETIO_FC_OOO = 13, NETIO_FC_MESSAGES = 14,
+    NETIO_FC_GOODPUT = 15, NETIO_FC_RNR = 16, NETIO_FC_CNPS = 17, NETIO_FC_DATA_PAYLOAD = 18,
+    NETIO_FC_NAKS = 19, NETIO_FC_RR_PACKETS = 20, NETIO_FC_RR_GAPS = 21,
+    NETIO_FC_RR_GAP_PACKETS = 22, NETIO_FC_RR_DUPS = 23, NETIO_FC_RR_OOO = 24,
+    NETIO_FC_CNP_VIOLATIONS = 25, NETIO_FC_CNP_UNMATCHED = 26, NETIO_FC_SRC_MAC = 27,
+    NETIO_FC_DST_MAC = 28, NETIO_FC_PCP = 29, NETIO_FC_FIRST_TS = 30, NETIO_FC_LAST_TS = 31,
+    NETIO_FC_PAIR = 32, NETIO_FC_RNR_CODES = 33, NETIO_FC_COUNT = 34
+};
+/* Bits of netio_analyzer_config.opflags (from netio.wire.bth.OPCODE_TABLE). */
+enum netio_opflag {
+    NETIO_OPF_REQUEST = 1, NETIO_OPF_RESPONSE = 2, NETIO_OPF_ACKNOWLEDGE = 4,
+    NETIO_OPF_READ_REQUEST = 8, NETIO_OPF_READ_RESPONSE = 16,
+    NETIO_OPF_READ_RESPONSE_FIRST = 32, NETIO_OPF_RESPONSE_MIDDLE_LAST = 64,
+    NETIO_OPF_ENDS_MESSAGE = 128, NETIO_OPF_AETH = 256, NETIO_OPF_CNP = 512
+};
+enum netio_flow_limits {
+    NETIO_FLOW_MAX_SAMPLES = 65536, NETIO_FLOW_MAX_MISSING = 4096,
+    NETIO_FLOW_MAX_PENDING = 1024, NETIO_FLOW_OPCODE_SLOTS = 64
+};
+enum netio_flow_filter_bits {
+    NETIO_FLOW_FILTER_SRC = 1, NETIO_FLOW_FILTER_DST = 2, NETIO_FLOW_FILTER_QP = 4
+};
+/* netio_analyzer_summary: rows per Kind (0..4), rows kept, first and last ts. */
+enum netio_analyzer_summary_index {
+    NETIO_AS_ROWS = 5, NETIO_AS_FIRST_TS = 6, NETIO_AS_LAST_TS = 7, NETIO_ANALYZER_SUMMARY = 8
+};
+typedef struct {
+    int64_t origin_ns;      /* interval bins count from here */
+    int64_t interval_ns;
+    int64_t cnp_min_gap_ns;
+    int64_t start_ns;       /* rows with start_ns <= ts < end_ns are kept */
+    int64_t end_ns;
+    uint32_t roce_pcp_mask; /* bit p: RoCE tagged with PCP p kept; bit 8: untagged kept */
+    uint32_t flow_filter;   /* netio_flow_filter_bits */
+    uint32_t flow_src_ip;
+    uint32_t flow_dst_ip;
+    uint32_t flow_dest_qp;
+    int32_t verify_icrc;
+    uint16_t opflags[256];
+    uint8_t opslot[256];    /* opcode -> slot of the per-flow opcode counts */
+} netio_analyzer_config;
+typedef struct netio_analyzer netio_analyzer;
+netio_analyzer *netio_analyzer_new(const netio_analyzer_config *cfg);
+void netio_analyzer_free(netio_analyzer *a);
+/* Classify, filter and analyse n scanned records (as netio_analyze_extract
+ * takes them, with their timestamps); PFC/PAUSE rows are appended to ctl from
+ * row *ctl_n on (at most ctl_cap rows). 0, -1 (no memory) or -2 (ctl full). */
+int netio_analyzer_feed(netio_analyzer *a, const uint8_t *buf, size_t buf_len,
+                        const int64_t *ts_ns, const int64_t *frame_offset,
+                        const uint32_t *caplen, const uint32_t *orig_len,
+                        const uint16_t *linktype, size_t n, netio_analyze_columns *ctl,
+                        size_t ctl_cap, size_t *ctl_n);
+/* The RoCE rows of already extracted (and filtered) columns. 0 or -1. */
+int netio_analyzer_feed_columns(netio_analyzer *a, const netio_analyze_columns *cols, size_t n);
+void netio_analyzer_summary(const netio_analyzer *a, int64_t *out);
+size_t netio_analyzer_flows(const netio_analyzer *a);
+/* Per flow: 5 key words, NETIO_FC_COUNT counters, NETIO_FLOW_OPCODE_SLOTS
+ * opcode counts and 32 NAK counts (by NAK code). */
+void netio_analyzer_export(const netio_analyzer *a, uint64_t *keys, int64_t *counters,
+                           uint64_t *opcodes, int64_t *naks);
+/* Kept samples (which: 0 ACK latency, 1 READ latency, 2 CNP reaction, ns) of
+ * one flow into out (room for NETIO_FLOW_MAX_SAMPLES); *count: all samples seen. */
+size_t netio_analyzer_samples(const netio_analyzer *a, size_t fid, int which, int64_t *out,
+                              int64_t *count);
+/* Series entries (which: 0 data bytes per (flow, interval), 1 CE marks, 2
+ * CNPs per interval) as (flow or -1, interval, value) triples, unsorted. */
+size_t netio_analyzer_series_len(const netio_analyzer *a, int which);
+void netio_analyzer_series(const netio_analyzer *a, int which, int64_t *out);
 /* CDEF END */
 
 #endif

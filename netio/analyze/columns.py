@@ -15,9 +15,9 @@ Field semantics (one row per captured record):
 - ``pcp``/``vlan``: outermost 802.1Q priority and VLAN id (0 when untagged).
 - ``ecn``: IP ECN codepoint (``netio.wire.ip.Ecn``).
 - ``src_mac``/``dst_mac``: the 48-bit MACs as integers.
-- ``src_ip``/``dst_ip``: IPv4 addresses as integers; for IPv6 the XOR of the four
-  32-bit words (flagged ``IPV6``; flows stay distinct in practice, the report
-  names the fold as an assumption when IPv6 is present).
+- ``src_ip``/``dst_ip``: IPv4 addresses as integers (0 for IPv6).
+- ``src_ip6``/``dst_ip6``: IPv6 addresses, 16 bytes each (zero for IPv4); rows
+  flagged ``IPV6``. Flows are keyed on the full address either way.
 - ``opcode``, ``dest_qp``, ``psn``: BTH fields (IBTA vol 1 §9.2).
 - ``syndrome``/``msn``: AETH (§9.3.5), valid when the opcode carries an AETH.
 - ``reth_len``: RETH DMA length (§9.3.3), valid on RDMA WRITE FIRST/ONLY and READ REQUEST.
@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum, IntFlag
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -65,6 +66,19 @@ class Flag(IntFlag):
     IPV6 = 0x80
 
 
+class FlowKey(NamedTuple):
+    """A RoCE flow's identity: one direction of a QP (src IP, dst IP, BTH dest QP).
+
+    Addresses are integers: 32-bit for IPv4, 128-bit for IPv6 (``ipv6`` set),
+    so IPv4 and IPv6 flows never collide.
+    """
+
+    src_ip: int
+    dst_ip: int
+    dest_qp: int
+    ipv6: bool
+
+
 #: (name, dtype) of every 1-D column, in the order of the native struct.
 COLUMN_DTYPES: tuple[tuple[str, type[np.generic]], ...] = (
     ("ts_ns", np.int64),
@@ -88,7 +102,15 @@ COLUMN_DTYPES: tuple[tuple[str, type[np.generic]], ...] = (
     ("pfc_cev", np.uint8),
 )
 
-COLUMN_NAMES: tuple[str, ...] = (*(name for name, _ in COLUMN_DTYPES), "quanta")
+#: (name, dtype, width) of the 2-D columns: PFC quanta, IPv6 addresses.
+WIDE_COLUMNS: tuple[tuple[str, type[np.generic], int], ...] = (
+    ("quanta", np.uint16, 8),
+    ("src_ip6", np.uint8, 16),
+    ("dst_ip6", np.uint8, 16),
+)
+
+COLUMN_NAMES: tuple[str, ...] = (*(name for name, _ in COLUMN_DTYPES),
+                                 *(name for name, _, _ in WIDE_COLUMNS))
 
 
 @dataclass(slots=True)
@@ -115,12 +137,15 @@ class PacketColumns:
     syndrome: npt.NDArray[np.uint8]
     pfc_cev: npt.NDArray[np.uint8]
     quanta: npt.NDArray[np.uint16]  # shape (n, 8)
+    src_ip6: npt.NDArray[np.uint8]  # shape (n, 16)
+    dst_ip6: npt.NDArray[np.uint8]  # shape (n, 16)
 
     @classmethod
     def empty(cls, n: int) -> PacketColumns:
         """Zero-filled columns for ``n`` packets."""
         arrays = {name: np.zeros(n, dtype=dt) for name, dt in COLUMN_DTYPES}
-        return cls(quanta=np.zeros((n, 8), dtype=np.uint16), **arrays)
+        wide = {name: np.zeros((n, w), dtype=dt) for name, dt, w in WIDE_COLUMNS}
+        return cls(**arrays, **wide)
 
     def __len__(self) -> int:
         return int(self.ts_ns.shape[0])
@@ -141,3 +166,26 @@ class PacketColumns:
         """Names of the columns that differ (empty when identical)."""
         return [name for name in COLUMN_NAMES
                 if not np.array_equal(getattr(self, name), getattr(other, name))]
+
+
+def flow_keys(cols: PacketColumns, rows: npt.NDArray[np.intp]) -> list[FlowKey]:
+    """The ``FlowKey`` of each of ``rows`` (RoCE rows of ``cols``)."""
+    v6 = ((cols.flags[rows] & Flag.IPV6) != 0).tolist()
+    src = cols.src_ip[rows].tolist()
+    dst = cols.dst_ip[rows].tolist()
+    qp = cols.dest_qp[rows].tolist()
+    out = []
+    for k, i in enumerate(rows.tolist()):
+        if v6[k]:
+            out.append(FlowKey(int.from_bytes(cols.src_ip6[i].tobytes(), "big"),
+                               int.from_bytes(cols.dst_ip6[i].tobytes(), "big"), qp[k], True))
+        else:
+            out.append(FlowKey(src[k], dst[k], qp[k], False))
+    return out
+
+
+def key_of_words(w0: int, w1: int, w2: int, w3: int, w4: int) -> FlowKey:
+    """A ``FlowKey`` from the native table's five words (see ``native/netio_native.h``)."""
+    if w0 >> 32 & 1:
+        return FlowKey(w1 << 64 | w2, w3 << 64 | w4, w0 & 0xFFFFFFFF, True)
+    return FlowKey(w1, w3, w0 & 0xFFFFFFFF, False)

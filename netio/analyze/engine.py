@@ -1,36 +1,49 @@
-"""Run every analysis over one or more captures, chunk by chunk, into one result.
+"""Run every analysis over one or more captures, batch by batch, into one result.
 
-Each capture is mapped and scanned natively (``netio.pcap.scan``), its records
-extracted into columns (``netio.analyze.extract``), and the columns fed to the
-pause and flow analyzers, which carry only small state between chunks. Memory
-is therefore O(flows + pause intervals), not O(packets). The result is the
-JSON document described in ``netio.analyze.schema``.
+Native path: each capture is mapped and scanned natively (``netio.pcap.scan``)
+in small batches; one C pass per batch (``native/analyze_flows.c``) classifies
+the frames, applies the filters and runs every per-packet RoCE analysis, and
+hands the PFC/PAUSE frames back as columns for the pause analysis. Reference
+path (``use_native=False``): ``decode_frame`` per frame into columns
+(``netio.analyze.extract``), numpy filters, ``FlowReference``. Both carry only
+per-flow and per-queue state between batches, and release the analysed pages
+of the mapping, so memory is O(flows + pause intervals), not O(packets). The
+result is the JSON document described in ``netio.analyze.schema``.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import warnings
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from netio import __version__, native
 from netio.analyze.columns import Flag, Kind, PacketColumns
-from netio.analyze.extract import CHUNK_RECORDS, CaptureChunks
+from netio.analyze.extract import CHUNK_RECORDS, CaptureChunks, c_columns
 from netio.analyze.fairness import fairness, incasts
-from netio.analyze.flows import FlowAnalyzer, summary_s
+from netio.analyze.flows import (
+    MAX_SERIES_INTERVALS,
+    FlowReference,
+    FlowResults,
+    NativeFlows,
+    analyzer_config,
+    summary_s,
+)
 from netio.analyze.options import AnalysisOptions
 from netio.analyze.pfc import PauseAnalyzer, QueueState, paused_within
 from netio.analyze.schema import SCHEMA_VERSION
 from netio.analyze.spreading import ASSUMPTIONS, FlowSeen, PauseEvent, build_chains
 from netio.analyze.storms import detect_storms
-from netio.analyze.units import format_ipv4_int, format_mac_int
+from netio.analyze.units import format_ip_int, format_mac_int
 from netio.errors import CaptureError, CaptureWarning
-from netio.pcap.scan import CaptureScanner
+from netio.pcap.scan import CaptureScanner, ScanColumns
 from netio.wire.bth import OPCODE_TABLE
 from netio.wire.ext import NakCode, rnr_timer_s
 
@@ -80,7 +93,9 @@ def _filter(cols: PacketColumns, opts: AnalysisOptions, origin: int) -> PacketCo
     if opts.flow is not None:
         fl = opts.flow
         fwd = np.ones(len(cols), np.bool_)
-        rev = np.ones(len(cols), np.bool_)
+        if fl.src_ip is not None or fl.dst_ip is not None:  # IPv4 addresses given
+            fwd &= (cols.flags & Flag.IPV6) == 0
+        rev = fwd.copy()
         if fl.src_ip is not None:
             fwd &= cols.src_ip == fl.src_ip
             rev &= cols.dst_ip == fl.src_ip
@@ -93,10 +108,28 @@ def _filter(cols: PacketColumns, opts: AnalysisOptions, origin: int) -> PacketCo
     return cols if keep.all() else cols.take(keep)
 
 
+@dataclass(slots=True)
+class _CaptureRun:
+    """What one capture's pass produced."""
+
+    records: int = 0
+    kinds: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(5, np.int64))
+    first: int | None = None
+    last: int | None = None
+    error: str | None = None
+    scan_warnings: tuple[str, ...] = ()
+    queues: list[QueueState] = field(default_factory=list)
+    flows: FlowResults | None = None
+
+
 def analyze(paths: Sequence[str], opts: AnalysisOptions, *, use_native: bool | None = None,
-            progress: Progress | None = None, chunk_records: int = CHUNK_RECORDS
+            progress: Progress | None = None, chunk_records: int | None = None
             ) -> dict[str, Any]:
-    """Analyse ``paths`` together; returns the JSON-ready result document."""
+    """Analyse ``paths`` together; returns the JSON-ready result document.
+
+    ``chunk_records``: records per step (the native pass's batch, the
+    reference's chunk); results do not depend on it.
+    """
     if use_native is None:
         use_native = native.AVAILABLE
     inputs = capture_names(paths)
@@ -106,35 +139,27 @@ def analyze(paths: Sequence[str], opts: AnalysisOptions, *, use_native: bool | N
     done_before = 0
     captures: list[dict[str, Any]] = []
     queues: list[tuple[QueueState, dict[str, Any]]] = []
-    flow_results: list[tuple[dict[str, Any], FlowAnalyzer]] = []
+    flow_results: list[tuple[str, FlowResults]] = []
     warnings: list[str] = []
     for cap in inputs:
         link = opts.link_for(cap.name)
         pa = PauseAnalyzer(cap.name, link, xon_gap_ns=opts.xon_gap_ns,
                            xon_storm_ns=opts.xon_storm_ns, priorities=opts.priorities)
-        fa = FlowAnalyzer(cap.name, origin, opts.interval_ns, opts.cnp_min_gap_ns,
-                          use_native=use_native)
-        chunks = CaptureChunks(cap.path, use_native, chunk_records, opts.verify_icrc)
-        kinds = np.zeros(5, np.int64)
-        first = last = None
-        records = 0
-        error = None
-        try:
-            for cols in chunks:
-                records += len(cols)
-                cols = _filter(cols, opts, origin)
-                if len(cols):
-                    first = int(cols.ts_ns[0]) if first is None else first
-                    last = int(cols.ts_ns[-1])
-                    kinds += np.bincount(cols.kind, minlength=5)[:5]
-                    pa.feed(cols)
-                    fa.feed(cols)
-                if progress is not None:
-                    progress(done_before + chunks.bytes_done, total_bytes)
-        except CaptureError as exc:
-            error = str(exc)
-        done_before += chunks.file_bytes
-        cap_warnings = list(chunks.warnings)
+
+        def step(done: int, before: int = done_before) -> None:
+            if progress is not None:
+                progress(before + done, total_bytes)
+
+        if use_native:
+            run = _native_pass(cap.path, opts, origin, pa, chunk_records or NATIVE_BATCH, step)
+        else:
+            run = _reference_pass(cap.path, opts, origin, pa, chunk_records or CHUNK_RECORDS,
+                                  step)
+        done_before += _size(cap.path)
+        kinds = run.kinds
+        records = run.records
+        error = run.error
+        cap_warnings = list(run.scan_warnings)
         if error is not None:
             cap_warnings.append(error)
         if kinds[Kind.ROCE] == 0 and records and error is None:
@@ -142,12 +167,17 @@ def analyze(paths: Sequence[str], opts: AnalysisOptions, *, use_native: bool | N
                                 f"{records} records")
         if records == 0 and error is None:
             cap_warnings.append(f"{cap.path}: the capture holds no packets")
+        if run.flows is not None and run.flows.beyond_series:
+            cap_warnings.append(
+                f"{cap.path}: {run.flows.beyond_series} CE marks/CNPs lie more than "
+                f"{MAX_SERIES_INTERVALS} intervals after the first packet (bad timestamps?) "
+                "and are left out of ecn_series")
         if kinds[Kind.MALFORMED]:
             cap_warnings.append(f"{cap.path}: {int(kinds[Kind.MALFORMED])} frames could not "
                                 "be decoded (malformed or cut before their RoCE headers)")
         warnings.extend(cap_warnings)
-        f0 = first if first is not None else origin
-        l0 = last if last is not None else f0
+        f0 = run.first if run.first is not None else origin
+        l0 = run.last if run.last is not None else f0
         entry = {
             "name": cap.name, "path": cap.path, "records": records,
             "packets": int(kinds.sum()), "roce_packets": int(kinds[Kind.ROCE]),
@@ -156,14 +186,133 @@ def analyze(paths: Sequence[str], opts: AnalysisOptions, *, use_native: bool | N
             "malformed_packets": int(kinds[Kind.MALFORMED]),
             "first_ts_s": (f0 - origin) / 1e9, "last_ts_s": (l0 - origin) / 1e9,
             "duration_s": (l0 - f0) / 1e9, "link_bps": link,
-            "complete": error is None and not chunks.warnings,
+            "complete": error is None and not run.scan_warnings,
             "readable": error is None or records > 0, "warnings": cap_warnings,
         }
         captures.append(entry)
-        for q in pa.finish():
+        for q in run.queues:
             queues.append((q, entry))
-        flow_results.append((entry, fa))
+        if run.flows is not None:
+            flow_results.append((cap.name, run.flows))
     return _document(captures, queues, flow_results, warnings, origin, opts, use_native)
+
+
+#: Records per native step: the scanned frames of one batch stay in the CPU
+#: caches between the scan and the analysis pass.
+NATIVE_BATCH = 1 << 13
+#: Capture bytes between progress reports and releases of analysed pages.
+_RELEASE_BYTES = 32 << 20
+
+
+def _native_pass(path: str, opts: AnalysisOptions, origin: int, pa: PauseAnalyzer, batch: int,
+                 step: Callable[[int], None]) -> _CaptureRun:
+    """One C pass per batch: classify, filter, analyse flows; PFC/PAUSE rows come back."""
+    ffi, lib = native.ffi, native.lib
+    run = _CaptureRun()
+    fl = opts.flow
+    cfg = analyzer_config(
+        origin, opts.interval_ns, opts.cnp_min_gap_ns,
+        start_ns=None if opts.start_ns is None else origin + opts.start_ns,
+        end_ns=None if opts.end_ns is None else origin + opts.end_ns,
+        priorities=opts.priorities,
+        flow=None if fl is None else (fl.src_ip, fl.dst_ip, fl.dest_qp),
+        verify_icrc=opts.verify_icrc)
+    flows = NativeFlows(cfg)
+    ctl_cap = max(1 << 16, 2 * batch)
+    ctl = PacketColumns.empty(ctl_cap)
+    cctl, _keep_ctl = c_columns(ctl)
+    ctl_n = ffi.new("size_t *", 0)
+    scan = ScanColumns.empty(batch)
+    sp = [ffi.from_buffer(t, getattr(scan, name), require_writable=True) for name, t in (
+        ("ts_ns", "int64_t[]"), ("frame_offset", "int64_t[]"), ("caplen", "uint32_t[]"),
+        ("orig_len", "uint32_t[]"), ("linktype", "uint16_t[]"))]
+
+    def flush() -> None:
+        if ctl_n[0]:
+            pa.feed(ctl.take(slice(0, ctl_n[0])))
+            ctl_n[0] = 0
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CaptureWarning)  # kept in scanner.warnings
+        try:
+            scanner = CaptureScanner(path, native_scan=True)
+        except CaptureError as exc:
+            run.error = str(exc)
+            return run
+        buf = scanner.buffer
+        cbuf = ffi.from_buffer("uint8_t[]", buf)
+        released = reported = 0
+        try:
+            while not scanner.done:
+                n = scanner.fill(scan)
+                if n == 0:
+                    continue
+                run.records += n
+                rc = lib.netio_analyzer_feed(flows.handle, cbuf, len(buf), *sp, n, cctl,
+                                             ctl_cap, ctl_n)
+                if rc < 0:
+                    raise MemoryError("capture analysis ran out of memory")
+                if ctl_n[0] > ctl_cap - batch:
+                    flush()
+                done = scanner.state.offset
+                if done - reported >= _RELEASE_BYTES:
+                    released = _release(buf, released, done)
+                    reported = done
+                    step(done)
+            flush()
+        except CaptureError as exc:
+            run.error = str(exc)
+        finally:
+            ffi.release(cbuf)
+            run.scan_warnings = tuple(str(w) for w in scanner.warnings)
+            scanner.close()
+    step(_size(path))
+    summary = flows.summary()
+    run.kinds = summary[:5].copy()
+    if summary[lib.NETIO_AS_ROWS]:
+        run.first = int(summary[lib.NETIO_AS_FIRST_TS])
+        run.last = int(summary[lib.NETIO_AS_LAST_TS])
+    run.queues = pa.finish()
+    run.flows = flows.results()
+    return run
+
+
+def _release(buffer: Any, start: int, upto: int) -> int:
+    """Drop pages [start, upto) of a mapped capture from this process's RSS; returns the end.
+
+    Nothing points into those pages any more; they stay in the page cache.
+    Keeps resident memory bounded by the batch, whatever the capture's size.
+    """
+    end = upto - upto % mmap.PAGESIZE
+    if isinstance(buffer, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED") and end > start:
+        buffer.madvise(mmap.MADV_DONTNEED, start, end - start)
+        return end
+    return start
+
+
+def _reference_pass(path: str, opts: AnalysisOptions, origin: int, pa: PauseAnalyzer,
+                    chunk: int, step: Callable[[int], None]) -> _CaptureRun:
+    """The pure-Python path: decode_frame per frame, numpy filters, FlowReference."""
+    run = _CaptureRun()
+    fr = FlowReference(origin, opts.interval_ns, opts.cnp_min_gap_ns)
+    chunks = CaptureChunks(path, False, chunk, opts.verify_icrc)
+    try:
+        for cols in chunks:
+            run.records += len(cols)
+            cols = _filter(cols, opts, origin)
+            if len(cols):
+                run.first = int(cols.ts_ns[0]) if run.first is None else run.first
+                run.last = int(cols.ts_ns[-1])
+                run.kinds += np.bincount(cols.kind, minlength=5)[:5]
+                pa.feed(cols)
+                fr.feed(cols)
+            step(chunks.bytes_done)
+    except CaptureError as exc:
+        run.error = str(exc)
+    run.scan_warnings = chunks.warnings
+    run.queues = pa.finish()
+    run.flows = fr.results()
+    return run
 
 
 def _size(path: str) -> int:
@@ -213,55 +362,70 @@ def _pause_docs(queues: list[tuple[QueueState, dict[str, Any]]], origin: int,
     return senders, storms, xon_storms, events
 
 
-def _ecn_doc(fa: FlowAnalyzer, d: int) -> dict[str, Any]:
-    c = fa.c
-    k = fa.pair.get(d)
+def _ecn_doc(fr: FlowResults, d: int) -> dict[str, Any]:
+    c = fr.c
+    k = fr.pair(d)
+    delays, count = fr.sample(d, "cnp")
     return {
         "ect_packets": int(c["ect"][d]), "ce_packets": int(c["ce"][d]),
         "cnps": int(c["cnps"][k]) if k is not None else 0,
-        "cnp_reaction_s": summary_s(fa.cnp.delays_ns(d)),
-        "cnp_rate_violations": fa.cnp.violations.get(k, 0) if k is not None else 0,
+        "cnp_reaction_s": summary_s(delays, count),
+        "cnp_rate_violations": int(c["cnp_violations"][k]) if k is not None else 0,
         "fecn_packets": int(c["fecn"][d]), "becn_packets": int(c["becn"][d]),
     }
 
 
-def _opcodes(fa: FlowAnalyzer, fid: int) -> dict[str, int]:
-    row = fa.opcodes[fid]
+def _opcodes(fr: FlowResults, fid: int) -> dict[str, int]:
     out = {}
-    for op in np.nonzero(row)[0].tolist():
+    for op, n in sorted(fr.opcode_counts(fid).items()):
         info = OPCODE_TABLE[op]
-        out[info.opcode.name if info is not None else f"0x{op:02x}"] = int(row[op])
+        out[info.opcode.name if info is not None else f"0x{op:02x}"] = n
     return out
 
 
-def _flow_docs(fa: FlowAnalyzer, series: dict[int, Any], opts: AnalysisOptions,
+def _ip(value: int, v6: bool) -> str:
+    return format_ip_int(value, v6)
+
+
+def _read_responses(fr: FlowResults, rid: int | None) -> dict[str, int] | None:
+    if rid is None or not int(fr.c["rr_packets"][rid]):
+        return None
+    c = fr.c
+    dups, ooo = int(c["rr_dups"][rid]), int(c["rr_ooo"][rid])
+    return {"packets": int(c["rr_packets"][rid]), "psn_gaps": int(c["rr_gaps"][rid]),
+            "psn_gap_packets": int(c["rr_gap_packets"][rid]), "duplicate_packets": dups,
+            "out_of_order_packets": ooo, "retransmitted_packets": dups + ooo}
+
+
+def _flow_docs(capture: str, fr: FlowResults, opts: AnalysisOptions,
                origin: int) -> list[dict[str, Any]]:
-    c = fa.c
+    c = fr.c
     docs = []
     shown: set[int] = set()
-    order = sorted(range(fa.n), key=lambda f: -int(c["bytes"][f]))
+    order = sorted(range(fr.n), key=lambda f: -int(c["bytes"][f]))
+    interval_s = opts.interval_ns / 1e9
     for fid in order:
         if fid in shown:
             continue
-        rid = fa.pair.get(fid)
+        rid = fr.pair(fid)
         if int(c["requests"][fid]) == 0 and rid is not None and int(c["requests"][rid]) > 0:
             continue  # shown as the reverse of its forward flow
         shown.add(fid)
-        src, dst, qp = fa.index.keys[fid]
-        naks_row = fa.naks[rid] if rid is not None else np.zeros(32, np.int64)
+        key = fr.keys[fid]
+        naks_row = fr.naks[rid] if rid is not None else np.zeros(32, np.int64)
         naks = {}
         for code in np.nonzero(naks_row)[0].tolist():
             naks[NakCode(code).name if code in NakCode._value2member_map_ else
                  f"CODE_{code}"] = int(naks_row[code])
         req = int(c["requests"][fid])
         retx = int(c["dups"][fid] + c["ooo"][fid])
-        ack = fa.ack_lat.get(fid)
-        rd = fa.read_lat.get(fid)
         dur = max(1, int(c["last_ts"][fid] - c["first_ts"][fid]))
-        bins, vals = series.get(fid, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+        bins, vals = fr.series.get(fid, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+        rnr_codes = int(c["rnr_codes"][rid]) if rid is not None else 0
         doc: dict[str, Any] = {
-            "capture": fa.capture, "src_ip": format_ipv4_int(src), "dst_ip": format_ipv4_int(dst),
-            "dest_qp": qp, "priority": int(c["pcp"][fid]),
+            "capture": capture, "src_ip": _ip(key.src_ip, key.ipv6),
+            "dst_ip": _ip(key.dst_ip, key.ipv6), "dest_qp": key.dest_qp,
+            "priority": int(c["pcp"][fid]),
             "src_mac": format_mac_int(int(c["src_mac"][fid])),
             "dst_mac": format_mac_int(int(c["dst_mac"][fid])),
             "first_ts_s": (int(c["first_ts"][fid]) - origin) / 1e9,
@@ -269,40 +433,50 @@ def _flow_docs(fa: FlowAnalyzer, series: dict[int, Any], opts: AnalysisOptions,
             "packets": int(c["packets"][fid]), "bytes": int(c["bytes"][fid]),
             "payload_bytes": int(c["payload"][fid]), "goodput_bytes": int(c["goodput"][fid]),
             "goodput_bps": int(c["goodput"][fid]) * 8 / (dur / 1e9),
-            "opcodes": _opcodes(fa, fid), "messages": int(c["messages"][fid]),
+            "opcodes": _opcodes(fr, fid), "messages": int(c["messages"][fid]),
             "request_packets": req,
             "psn_gaps": int(c["gaps"][fid]), "psn_gap_packets": int(c["gap_packets"][fid]),
             "duplicate_packets": int(c["dups"][fid]), "out_of_order_packets": int(c["ooo"][fid]),
             "retransmitted_packets": retx, "retransmission_ratio": retx / req if req else 0.0,
+            "read_responses": _read_responses(fr, rid),
             "naks": naks, "rnr_naks": int(c["rnr"][rid]) if rid is not None else 0,
-            "rnr_timer_s": sorted(rnr_timer_s(x) for x in fa.rnr_codes.get(rid, set()))
-            if rid is not None else [],
-            "ack_latency_s": summary_s(ack.values()) if ack else None,
-            "read_latency_s": summary_s(rd.values()) if rd else None,
+            "rnr_timer_s": [rnr_timer_s(x) for x in range(32) if rnr_codes >> x & 1],
+            "ack_latency_s": summary_s(*fr.sample(fid, "ack")),
+            "read_latency_s": summary_s(*fr.sample(fid, "read")),
             "icrc_failures": int(c["icrc_bad"][fid]),
             "icrc_checked_packets": int(c["icrc_checked"][fid]),
-            "ecn": _ecn_doc(fa, fid),
-            "throughput": {"interval_s": opts.interval_ns / 1e9,
-                           "start_s": [int(b) * opts.interval_ns / 1e9 for b in bins.tolist()],
-                           "bps": [int(v) * 8 / (opts.interval_ns / 1e9)
-                                   for v in vals.tolist()]},
+            "ecn": _ecn_doc(fr, fid),
+            "throughput": {"interval_s": interval_s,
+                           "start_s": [b * opts.interval_ns / 1e9 for b in bins.tolist()],
+                           "bps": [v * 8 / interval_s for v in vals.tolist()]},
             "reverse": None,
         }
         if rid is not None:
             shown.add(rid)
-            rq = fa.index.keys[rid][2]
             doc["reverse"] = {
-                "dest_qp": rq, "packets": int(c["packets"][rid]), "bytes": int(c["bytes"][rid]),
-                "payload_bytes": int(c["payload"][rid]), "opcodes": _opcodes(fa, rid),
-                "ecn": _ecn_doc(fa, rid), "icrc_failures": int(c["icrc_bad"][rid]),
+                "dest_qp": fr.keys[rid].dest_qp, "packets": int(c["packets"][rid]),
+                "bytes": int(c["bytes"][rid]), "payload_bytes": int(c["payload"][rid]),
+                "opcodes": _opcodes(fr, rid), "ecn": _ecn_doc(fr, rid),
+                "icrc_failures": int(c["icrc_bad"][rid]),
                 "request_packets": int(c["requests"][rid]),
             }
         docs.append(doc)
     return docs
 
 
+def _flow_seen(capture: str, fr: FlowResults, fid: int) -> FlowSeen:
+    k = fr.keys[fid]
+    return FlowSeen(capture, k.src_ip, k.dst_ip, k.dest_qp, int(fr.c["dst_mac"][fid]),
+                    int(fr.c["pcp"][fid]), int(fr.c["data_payload"][fid]), k.ipv6)
+
+
+def _seen_doc(f: FlowSeen) -> dict[str, Any]:
+    return {"capture": f.capture, "src_ip": _ip(f.src_ip, f.ipv6),
+            "dst_ip": _ip(f.dst_ip, f.ipv6), "dest_qp": f.dest_qp, "data_bytes": f.data_bytes}
+
+
 def _document(captures: list[dict[str, Any]], queues: list[tuple[QueueState, dict[str, Any]]],
-              flow_results: list[tuple[dict[str, Any], FlowAnalyzer]], warnings: list[str],
+              flow_results: list[tuple[str, FlowResults]], warnings: list[str],
               origin: int, opts: AnalysisOptions, use_native: bool) -> dict[str, Any]:
     senders, storms, xon_storms, events = _pause_docs(queues, origin, opts)
     flows: list[dict[str, Any]] = []
@@ -310,35 +484,35 @@ def _document(captures: list[dict[str, Any]], queues: list[tuple[QueueState, dic
     fairness_docs: list[dict[str, Any]] = []
     incast_docs: list[dict[str, Any]] = []
     series_doc: dict[str, Any] = {}
-    for _cap, fa in flow_results:
-        series = fa.goodput_series()
-        flows.extend(_flow_docs(fa, series, opts, origin))
+    for capture, fr in flow_results:
+        series = fr.series
+        flows.extend(_flow_docs(capture, fr, opts, origin))
         by_dst: dict[str, list[int]] = {}
         by_egress: dict[str, list[int]] = {}
-        senders_to: dict[int, list[tuple[int, int]]] = {}
-        for fid, (src, dst, qp) in enumerate(fa.index.keys):
-            data = int(fa.c["data_payload"][fid])
-            seen.append(FlowSeen(fa.capture, src, dst, qp, int(fa.c["dst_mac"][fid]),
-                                 int(fa.c["pcp"][fid]), data))
-            if data == 0:
+        senders_to: dict[str, list[tuple[int, Hashable]]] = {}
+        for fid, key in enumerate(fr.keys):
+            fs = _flow_seen(capture, fr, fid)
+            seen.append(fs)
+            if fs.data_bytes == 0:
                 continue
-            by_dst.setdefault(format_ipv4_int(dst), []).append(fid)
-            by_egress.setdefault(format_mac_int(int(fa.c["dst_mac"][fid])), []).append(fid)
-            senders_to.setdefault(dst, []).append((fid, src))
+            dst = _ip(key.dst_ip, key.ipv6)
+            by_dst.setdefault(dst, []).append(fid)
+            by_egress.setdefault(format_mac_int(fs.dst_mac), []).append(fid)
+            senders_to.setdefault(dst, []).append((fid, (key.src_ip, key.ipv6)))
         for kind, groups in (("destination", by_dst), ("egress", by_egress)):
-            for fr in fairness(groups, series, kind, origin, opts.interval_ns):
+            for fa in fairness(groups, series, kind, origin, opts.interval_ns):
                 fairness_docs.append({
-                    "capture": fa.capture, "group": fr.group, "key": fr.key, "flows": fr.flows,
-                    "windows": fr.windows, "jain_min": fr.jain_min, "jain_mean": fr.jain_mean,
-                    "worst_window_start_s": (fr.worst_window_start_ns - origin) / 1e9})
+                    "capture": capture, "group": fa.group, "key": fa.key, "flows": fa.flows,
+                    "windows": fa.windows, "jain_min": fa.jain_min, "jain_mean": fa.jain_mean,
+                    "worst_window_start_s": (fa.worst_window_start_ns - origin) / 1e9})
         for inc in incasts(senders_to, series, opts.incast_senders, origin, opts.interval_ns):
             incast_docs.append({
-                "capture": fa.capture, "destination": format_ipv4_int(inc.destination),
+                "capture": capture, "destination": inc.destination,
                 "start_s": (inc.start_ns - origin) / 1e9, "end_s": (inc.end_ns - origin) / 1e9,
                 "max_senders": inc.max_senders})
-        ce, cnp = fa.ce_cnp_series()
-        series_doc[fa.capture] = {"interval_s": opts.interval_ns / 1e9,
-                                  "ce_packets": ce.tolist(), "cnps": cnp.tolist()}
+        series_doc[capture] = {"interval_s": opts.interval_ns / 1e9,
+                               "ce_packets": fr.ce_series.tolist(),
+                               "cnps": fr.cnp_series.tolist()}
     chains = build_chains(events, seen, opts.causality_ns)
 
     def rel(ns: int) -> float:
@@ -347,22 +521,21 @@ def _document(captures: list[dict[str, Any]], queues: list[tuple[QueueState, dic
     spreading = []
     for ch in chains:
         r = ch.root
+        dest = ch.congested_destination
         spreading.append({
             "root": {"capture": r.capture, "src_mac": format_mac_int(r.src_mac),
                      "priority": r.priority, "start_s": rel(r.start_ns)},
-            "congested_destination": None if ch.congested_destination is None
-            else format_ipv4_int(ch.congested_destination),
-            "converging_flows": [
-                {"capture": f.capture, "src_ip": format_ipv4_int(f.src_ip),
-                 "dst_ip": format_ipv4_int(f.dst_ip), "dest_qp": f.dest_qp,
-                 "data_bytes": f.data_bytes} for f in ch.converging],
+            "congested_destination": None if dest is None else _ip(*dest),
+            "converging_flows": [_seen_doc(f) for f in ch.converging],
             "members": [{"capture": m.capture, "src_mac": format_mac_int(m.src_mac),
                          "priority": m.priority, "start_s": rel(m.start_ns),
                          "delay_s": (m.start_ns - r.start_ns) / 1e9} for m in ch.members],
-            "victims": [{"capture": m.capture, "paused_by": format_mac_int(m.src_mac),
-                         "priority": m.priority,
-                         "destinations": sorted(format_ipv4_int(d) for d in dsts)}
-                        for m, dsts in ch.victims],
+            "victims": [{"capture": v.member.capture,
+                         "paused_by": format_mac_int(v.member.src_mac),
+                         "priority": v.member.priority,
+                         "destinations": sorted(_ip(*d) for d in v.destinations),
+                         "flows": [_seen_doc(f) for f in v.flows]}
+                        for v in ch.victims],
         })
     assumptions = list(ASSUMPTIONS) if spreading else []
     assumptions += [
@@ -408,7 +581,11 @@ def findings(doc: dict[str, Any]) -> list[dict[str, Any]]:
                                f"{s['duration_s'] * 1e3:.1f} ms from t={s['start_s']:.6f} s"})
     for ch in doc["spreading"]:
         r = ch["root"]
-        victims = ", ".join(f"peer of {v['paused_by']} on {v['capture']}" for v in ch["victims"])
+        victims = ", ".join(
+            f"peer of {v['paused_by']} on {v['capture']}"
+            + (" (" + ", ".join(f"{x['src_ip']}->{x['dst_ip']} qp 0x{x['dest_qp']:06x}"
+                                for x in v["flows"]) + ")" if v["flows"] else "")
+            for v in ch["victims"])
         out.append({"severity": "critical", "kind": "pause_spreading",
                     "message": f"Pause spread from {r['src_mac']} on {r['capture']} to "
                                f"{len(ch['members']) - 1} more sender(s)"
@@ -430,6 +607,12 @@ def findings(doc: dict[str, Any]) -> list[dict[str, Any]]:
                         "message": f"{name}: {f['psn_gap_packets']} packets lost upstream, "
                                    f"{f['retransmitted_packets']} retransmitted "
                                    f"({f['retransmission_ratio']:.2%})"})
+        rr = f["read_responses"]
+        if rr and (rr["psn_gap_packets"] or rr["retransmitted_packets"]):
+            out.append({"severity": "warning", "kind": "read_loss",
+                        "message": f"{name}: READ responses: {rr['psn_gap_packets']} packets "
+                                   f"lost upstream, {rr['retransmitted_packets']} "
+                                   "retransmitted"})
         if f["rnr_naks"]:
             out.append({"severity": "warning", "kind": "rnr",
                         "message": f"{name}: {f['rnr_naks']} RNR NAKs"})

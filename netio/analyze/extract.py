@@ -14,31 +14,33 @@ from __future__ import annotations
 import mmap
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from ipaddress import IPv4Address, IPv6Address
+from ipaddress import IPv6Address
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from netio import native
-from netio.analyze.columns import COLUMN_DTYPES, Flag, Kind, PacketColumns
+from netio.analyze.columns import (
+    COLUMN_DTYPES,
+    COLUMN_NAMES,
+    WIDE_COLUMNS,
+    Flag,
+    FlowKey,
+    Kind,
+    PacketColumns,
+    flow_keys,
+    key_of_words,
+)
 from netio.errors import CaptureError, CaptureWarning, DecodeError
 from netio.pcap.scan import CaptureScanner, ScanColumns
-from netio.wire.bth import OPCODE_TABLE, ExtHeader
-from netio.wire.ext import AckType
+from netio.wire.bth import OPCODE_TABLE
 from netio.wire.packet import decode_frame
 from netio.wire.udp import ROCEV2_UDP_PORT
 
 #: Records per chunk in the analysis pipeline (memory: ~90 bytes per record
 #: of columns plus the scanner's 40).
 CHUNK_RECORDS = 1 << 18
-
-
-def _ip_int(addr: IPv4Address | IPv6Address) -> tuple[int, bool]:
-    if isinstance(addr, IPv4Address):
-        return int(addr), False
-    v = int(addr)
-    return (v ^ (v >> 32) ^ (v >> 64) ^ (v >> 96)) & 0xFFFFFFFF, True
 
 
 def extract_one(cols: PacketColumns, i: int, frame: bytes | memoryview, linktype: int,
@@ -72,23 +74,23 @@ def extract_one(cols: PacketColumns, i: int, frame: bytes | memoryview, linktype
         return
     ip = f.ip
     if ip is not None:
-        src, v6 = _ip_int(ip.src_ip)
-        dst, _ = _ip_int(ip.dst_ip)
-        cols.src_ip[i] = src
-        cols.dst_ip[i] = dst
-        cols.ecn[i] = int(ip.ecn)
-        if v6:
+        if isinstance(ip.src_ip, IPv6Address):
+            cols.src_ip6[i] = np.frombuffer(ip.src_ip.packed, np.uint8)
+            cols.dst_ip6[i] = np.frombuffer(ip.dst_ip.packed, np.uint8)
             flags |= Flag.IPV6
+        else:
+            cols.src_ip[i] = int(ip.src_ip)
+            cols.dst_ip[i] = int(ip.dst_ip)
+        cols.ecn[i] = int(ip.ecn)
     udp = f.udp
     if udp is None or udp.dst_port != ROCEV2_UDP_PORT:
         cols.kind[i] = Kind.OTHER
         cols.flags[i] = flags
         return
     if f.roce is None:  # cut by the snap length before the end of its headers
-        for name, _ in COLUMN_DTYPES:
+        for name in COLUMN_NAMES:
             if name not in ("ts_ns", "frame_bytes"):
                 getattr(cols, name)[i] = 0
-        cols.quanta[i] = 0
         cols.kind[i] = Kind.MALFORMED
         cols.flags[i] = Flag.TRUNCATED if len(frame) < orig_len else Flag(0)
         return
@@ -131,18 +133,19 @@ def extract_reference(frames: Sequence[tuple[bytes | memoryview, int, int]], ts_
     return cols
 
 
-def _c_columns(cols: PacketColumns) -> Any:
+_CTYPES = {np.int64: "int64_t *", np.uint64: "uint64_t *", np.uint32: "uint32_t *",
+           np.uint16: "uint16_t *", np.uint8: "uint8_t *"}
+
+
+def c_columns(cols: PacketColumns) -> tuple[Any, list[Any]]:
+    """A ``netio_analyze_columns`` pointing into ``cols`` (keep the list alive with it)."""
     ffi = native.ffi
     out = ffi.new("netio_analyze_columns *")
     keep = []
-    for name, dt in COLUMN_DTYPES:
-        arr = getattr(cols, name)
-        ctype = {np.int64: "int64_t *", np.uint64: "uint64_t *", np.uint32: "uint32_t *",
-                 np.uint16: "uint16_t *", np.uint8: "uint8_t *"}[dt]
-        ptr = ffi.cast(ctype, ffi.from_buffer(arr))
+    for name, dt in (*COLUMN_DTYPES, *((n, d) for n, d, _ in WIDE_COLUMNS)):
+        ptr = ffi.cast(_CTYPES[dt], ffi.from_buffer(getattr(cols, name)))
         keep.append(ptr)
         setattr(out, name, ptr)
-    out.quanta = ffi.cast("uint16_t *", ffi.from_buffer(cols.quanta))
     return out, keep
 
 
@@ -156,7 +159,7 @@ def extract_native(buffer: Any, scan: ScanColumns, *, verify_icrc: bool = True) 
     cols.ts_ns[:] = scan.ts_ns
     if n == 0:
         return cols
-    out, _keep = _c_columns(cols)
+    out, _keep = c_columns(cols)
     off = np.ascontiguousarray(scan.frame_offset, dtype=np.int64)
     cap = np.ascontiguousarray(scan.caplen, dtype=np.uint32)
     orig = np.ascontiguousarray(scan.orig_len, dtype=np.uint32)
@@ -231,12 +234,12 @@ def _release(buffer: Any, upto: int) -> None:
 
 
 class FlowIndex:
-    """Dense ids for RoCE flows (src IP, dst IP, dest QP), in order of first appearance."""
+    """Dense ids for RoCE flows (``FlowKey``), in order of first appearance."""
 
     def __init__(self, *, use_native: bool | None = None) -> None:
         self.native = native.AVAILABLE if use_native is None else use_native
-        self.keys: list[tuple[int, int, int]] = []
-        self._ids: dict[tuple[int, int, int], int] = {}
+        self.keys: list[FlowKey] = []
+        self._ids: dict[FlowKey, int] = {}
         self._table: Any = None
         if self.native:
             self._table = native.ffi.gc(native.lib.netio_flow_table_new(),
@@ -254,27 +257,20 @@ class FlowIndex:
         if self.native:
             ffi, lib = native.ffi, native.lib
             before = lib.netio_flow_table_len(self._table)
-            rc = lib.netio_flow_ids(
-                self._table, ffi.cast("uint8_t *", ffi.from_buffer(cols.kind)),
-                ffi.cast("uint32_t *", ffi.from_buffer(cols.src_ip)),
-                ffi.cast("uint32_t *", ffi.from_buffer(cols.dst_ip)),
-                ffi.cast("uint32_t *", ffi.from_buffer(cols.dest_qp)), n,
-                ffi.cast("int32_t *", ffi.from_buffer(out)))
-            if rc < 0:
+            ccols, _keep = c_columns(cols)
+            if lib.netio_flow_ids(self._table, ccols, n,
+                                  ffi.cast("int32_t *", ffi.from_buffer(out))) < 0:
                 raise MemoryError("flow table allocation failed")
             after = lib.netio_flow_table_len(self._table)
             if after > before:
-                buf = np.empty((after - before, 3), dtype=np.uint32)
+                buf = np.empty((after - before, 5), dtype=np.uint64)
                 lib.netio_flow_table_keys(self._table, before, after,
-                                          ffi.cast("uint32_t *", ffi.from_buffer(buf)))
-                self.keys.extend((int(a), int(b), int(c)) for a, b, c in buf.tolist())
+                                          ffi.cast("uint64_t *", ffi.from_buffer(buf)))
+                self.keys.extend(key_of_words(*w) for w in buf.tolist())
             return out
         roce = np.nonzero(cols.kind == Kind.ROCE)[0]
         ids = self._ids
-        for i, key in zip(roce.tolist(), zip(cols.src_ip[roce].tolist(),
-                                             cols.dst_ip[roce].tolist(),
-                                             cols.dest_qp[roce].tolist(), strict=True),
-                          strict=True):
+        for i, key in zip(roce.tolist(), flow_keys(cols, roce), strict=True):
             fid = ids.get(key)
             if fid is None:
                 fid = ids[key] = len(self.keys)
@@ -283,42 +279,5 @@ class FlowIndex:
         return out
 
 
-#: AETH syndrome → (AckType, low five bits) helpers used by the analyses.
-def ack_type_of(syndrome: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
-    return ((syndrome >> 5) & 3).astype(np.uint8)
-
-
-ACK = int(AckType.ACK)
-RNR_NAK = int(AckType.RNR_NAK)
-NAK = int(AckType.NAK)
-
-
-def opcode_tables() -> dict[str, npt.NDArray[np.bool_]]:
-    """Per-opcode boolean lookup tables (index by the opcode byte), from ``netio.wire.bth``."""
-    from netio.wire.bth import Operation, Position, Transport
-
-    t: dict[str, npt.NDArray[np.bool_]] = {
-        name: np.zeros(256, dtype=np.bool_) for name in (
-            "valid", "request", "response", "ack", "read_request", "read_response_first",
-            "ends_message", "has_aeth", "cnp", "rc_uc", "atomic")}
-    for op, info in enumerate(OPCODE_TABLE):
-        if info is None:
-            continue
-        t["valid"][op] = True
-        rc_uc = info.transport in (Transport.RC, Transport.UC)
-        t["rc_uc"][op] = rc_uc
-        t["cnp"][op] = info.transport is Transport.CNP
-        t["response"][op] = info.is_response
-        t["request"][op] = rc_uc and not info.is_response
-        t["ack"][op] = info.operation is Operation.ACKNOWLEDGE
-        t["read_request"][op] = info.operation is Operation.RDMA_READ_REQUEST
-        t["read_response_first"][op] = (info.operation is Operation.RDMA_READ_RESPONSE and
-                                        info.position in (Position.FIRST, Position.ONLY))
-        t["ends_message"][op] = info.ends_message
-        t["has_aeth"][op] = ExtHeader.AETH in info.headers
-        t["atomic"][op] = info.operation in (Operation.COMPARE_SWAP, Operation.FETCH_ADD)
-    return t
-
-
-__all__ = ["CHUNK_RECORDS", "CaptureChunks", "CaptureError", "FlowIndex", "extract_native",
-           "extract_one", "extract_reference", "extract_scan_reference", "opcode_tables"]
+__all__ = ["CHUNK_RECORDS", "CaptureChunks", "CaptureError", "FlowIndex", "c_columns",
+           "extract_native", "extract_one", "extract_reference", "extract_scan_reference"]

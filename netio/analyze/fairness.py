@@ -10,7 +10,7 @@ destination.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,7 +38,7 @@ class FairnessResult:
 
 @dataclass(frozen=True, slots=True)
 class Incast:
-    destination: int
+    destination: str
     start_ns: int
     end_ns: int
     max_senders: int
@@ -73,12 +73,13 @@ def fairness(groups: Mapping[str, list[int]], series: Mapping[int, tuple[I64, I6
     return out
 
 
-def incasts(by_dst: Mapping[int, list[tuple[int, int]]], series: Mapping[int, tuple[I64, I64]],
-            threshold: int, origin_ns: int, interval_ns: int) -> list[Incast]:
+def incasts(by_dst: Mapping[str, list[tuple[int, Hashable]]],
+            series: Mapping[int, tuple[I64, I64]], threshold: int, origin_ns: int,
+            interval_ns: int) -> list[Incast]:
     """``by_dst``: destination IP → [(flow id, source IP)]."""
     out = []
     for dst, members in by_dst.items():
-        senders: dict[int, set[int]] = {}
+        senders: dict[int, set[Hashable]] = {}
         for fid, src in members:
             if fid not in series:
                 continue

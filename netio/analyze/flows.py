@@ -1,40 +1,70 @@
 """RoCE flows: counters, PSN analysis, messages, NAKs, ACK/READ latency, ECN, goodput.
 
-A flow is one direction (src IP, dst IP, BTH dest QP) seen at one capture
-point; it is paired with its reverse direction (the peer QP's packets back),
-found from the responses: a reverse key is paired with the one flow between
-the same two hosts in the other direction, or, when there are several, with
-the one whose latest request PSN is closest (on the 24-bit circle) to the
-latest response PSN.
+Two implementations of one set of per-packet rules: ``FlowReference`` (plain
+sequential Python, the specification below and the oracle of the tests) and
+``NativeFlows`` (``native/analyze_flows.c``, fused with frame extraction so a
+capture is analysed in one C pass per chunk). Both yield ``FlowResults``;
+``tests/test_analyze_flows.py`` proves them identical.
 
-PSNs (24-bit, IBTA §9.7.1) are unwrapped per flow into 64-bit sequence
-numbers. For request packets (IBTA: sent by the requester), relative to the
-highest PSN seen before:
+A flow is one direction (src IP, dst IP, BTH dest QP; IPv6 addresses in
+full) seen at one capture point. Flows are numbered in order of first
+appearance. Each RoCE packet, in capture order, updates its flow:
 
-- one ahead: in order; further ahead: a gap, the missing PSNs were lost
-  upstream of the capture point (after a READ REQUEST of L bytes the next
-  request may be up to ceil(L/256) PSNs ahead: the path MTU is unknown);
-- at or behind: a retransmission; it is *out of order* when it fills a gap
-  (first copy seen here), a *duplicate* when its PSN was already seen.
+- Counters: packets, wire bytes, RoCE payload bytes, ECN (CE, ECT), BTH
+  FECN/BECN, ICRC checked/bad, packets per opcode; the last packet's MACs and
+  PCP; first and last timestamps.
+- Requests (RC/UC opcodes that are not responses), IBTA §9.7.1: the 24-bit
+  PSN is unwrapped against the previous request's PSN. Relative to the highest
+  request PSN seen before, a packet one ahead is in order; further ahead is a
+  gap (the missing PSNs were lost upstream of the capture point; after a READ
+  REQUEST of L bytes the next request may be up to ceil(L/256) PSNs ahead, the
+  path MTU being unknown); at or behind is a retransmission, *out of order*
+  when it fills a remembered gap (first copy seen here), a *duplicate*
+  otherwise. Messages (LAST/ONLY) and goodput count first copies only.
+- READ RESPONSEs on the responder's key: the same unwrapping over the
+  response PSNs; a MIDDLE/LAST more than one ahead is a gap (a FIRST/ONLY
+  may start anywhere ahead: the requests in between used those PSNs); at or
+  behind is out of order (fills a gap) or a duplicate (retransmitted).
+- Pairing: a key that carries a response or a CNP is paired with the one
+  unpaired flow between the same two hosts in the other direction; with
+  several, a response pairs it with the one whose latest request PSN is
+  closest (on the 24-bit circle) to the response's PSN. Pairs are final.
+- AETH: NAKs per code and RNR NAKs (with their timer codes) count on the
+  responder's key.
+- ACK latency: first copies of AckReq requests (not READ) wait, ordered by
+  PSN; an ACK (syndrome ACK, opcode ACKNOWLEDGE) of the paired key, its PSN
+  unwrapped next to the forward flow's highest, acknowledges every waiting
+  request with PSN at or below it captured no later than the ACK.
+- READ latency: a first-copy READ REQUEST waits under its PSN; a READ
+  RESPONSE FIRST/ONLY of the paired key with that PSN ends the newest wait.
+- ECN/CNP (Annex A17.9): a CE mark opens an unanswered mark on its flow
+  unless one is open; a CNP (on the key of the throttled flow's reverse
+  direction) answers the paired flow's open mark (reaction delay) and counts
+  a DCQCN violation when it follows the previous CNP on its key by less than
+  ``cnp_min_gap_ns``.
+- Data bytes per interval (for throughput, fairness, incast): payload of
+  first-copy requests and of responses that are not ACKs or duplicates;
+  interval = (ts - origin) // interval_ns, from 0.
 
-ACK latency: from the first copy of a request that asks for an ACK (AckReq,
-not READ) to the first ACK/ATOMIC ACKNOWLEDGE of the paired direction whose
-PSN covers it (NAKs do not count). READ latency: from a READ REQUEST to the
-first READ RESPONSE (FIRST/ONLY) with its PSN. Percentiles use up to
-``MAX_SAMPLES`` samples per flow (every k-th beyond).
+Bounds (memory O(flows)): ``MAX_MISSING`` open gaps per flow (the lowest
+forgotten first), ``MAX_PENDING`` waiting requests per flow (the lowest PSN /
+oldest forgotten first), ``MAX_SAMPLES`` latency samples per flow (every
+k-th kept, k doubling when full; the count is of all samples).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field
+from enum import IntFlag
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from netio.analyze.columns import Flag, PacketColumns
-from netio.analyze.ecn import CnpMatcher
-from netio.analyze.extract import FlowIndex, opcode_tables
+from netio import native
+from netio.analyze.columns import Flag, FlowKey, Kind, PacketColumns, flow_keys, key_of_words
+from netio.wire.bth import OPCODE_TABLE, ExtHeader, Operation, Position, Transport
 
 I64 = npt.NDArray[np.int64]
 PSN_MOD = 1 << 24
@@ -42,37 +72,88 @@ PSN_MASK = PSN_MOD - 1
 PSN_HALF = 1 << 23
 #: Latency samples kept per flow for percentiles.
 MAX_SAMPLES = 1 << 16
-#: Open gaps remembered per flow (oldest forgotten first).
+#: Open gaps remembered per flow.
 MAX_MISSING = 4096
-#: Requests awaiting an ACK remembered per flow.
-MAX_PENDING = 1 << 20
+#: Requests awaiting an ACK (or a READ response) remembered per flow.
+MAX_PENDING = 1024
+#: Slots of the per-flow opcode counts (every valid opcode has one).
+OPCODE_SLOTS = 64
+#: Length limit of the per-interval CE/CNP series (a bogus timestamp years
+#: after the first packet must not allocate years of intervals).
+MAX_SERIES_INTERVALS = 1 << 22
 
-_T = opcode_tables()
+#: Per-flow counters, in the order of ``enum netio_flow_counter``.
+COUNTERS: tuple[str, ...] = (
+    "packets", "bytes", "payload", "ce", "ect", "fecn", "becn", "icrc_checked", "icrc_bad",
+    "requests", "gaps", "gap_packets", "dups", "ooo", "messages", "goodput", "rnr", "cnps",
+    "data_payload", "naks", "rr_packets", "rr_gaps", "rr_gap_packets", "rr_dups", "rr_ooo",
+    "cnp_violations", "cnp_unmatched", "src_mac", "dst_mac", "pcp", "first_ts", "last_ts",
+    "pair", "rnr_codes")
+_C = {name: i for i, name in enumerate(COUNTERS)}
+
+#: Which samples: ACK latency, READ latency, CNP reaction delay.
+SAMPLE_KINDS: tuple[str, ...] = ("ack", "read", "cnp")
 
 
-def signed_psn_delta(a: I64, b: I64) -> I64:
+class OpFlag(IntFlag):
+    """What an opcode means to the flow analyses (``enum netio_opflag``)."""
+
+    REQUEST = 1
+    RESPONSE = 2
+    ACKNOWLEDGE = 4
+    READ_REQUEST = 8
+    READ_RESPONSE = 16
+    READ_RESPONSE_FIRST = 32  # FIRST or ONLY
+    RESPONSE_MIDDLE_LAST = 64
+    ENDS_MESSAGE = 128
+    AETH = 256
+    CNP = 512
+
+
+def _opcode_tables() -> tuple[npt.NDArray[np.uint16], npt.NDArray[np.uint8], list[int]]:
+    flags = np.zeros(256, np.uint16)
+    slot = np.zeros(256, np.uint8)
+    slot_op: list[int] = []
+    for op, info in enumerate(OPCODE_TABLE):
+        if info is None:
+            continue
+        f = OpFlag(0)
+        rc_uc = info.transport in (Transport.RC, Transport.UC)
+        if rc_uc and not info.is_response:
+            f |= OpFlag.REQUEST
+        if info.is_response:
+            f |= OpFlag.RESPONSE
+        if info.operation is Operation.ACKNOWLEDGE:
+            f |= OpFlag.ACKNOWLEDGE
+        if info.operation is Operation.RDMA_READ_REQUEST:
+            f |= OpFlag.READ_REQUEST
+        if info.operation is Operation.RDMA_READ_RESPONSE:
+            f |= OpFlag.READ_RESPONSE
+            if info.position in (Position.FIRST, Position.ONLY):
+                f |= OpFlag.READ_RESPONSE_FIRST
+            else:
+                f |= OpFlag.RESPONSE_MIDDLE_LAST
+        if info.ends_message:
+            f |= OpFlag.ENDS_MESSAGE
+        if ExtHeader.AETH in info.headers:
+            f |= OpFlag.AETH
+        if info.transport is Transport.CNP:
+            f |= OpFlag.CNP
+        flags[op] = f
+        slot[op] = len(slot_op)
+        slot_op.append(op)
+    if len(slot_op) > OPCODE_SLOTS:
+        raise RuntimeError("more valid opcodes than opcode slots")
+    return flags, slot, slot_op
+
+
+#: Per opcode byte: ``OpFlag`` bits, slot of its count, and the opcode of each slot.
+OPFLAGS, OPCODE_SLOT, SLOT_OPCODE = _opcode_tables()
+
+
+def signed_psn_delta(a: int, b: int) -> int:
     """a - b in 24-bit PSN space, in [-2^23, 2^23)."""
     return ((a - b + PSN_HALF) & PSN_MASK) - PSN_HALF
-
-
-@dataclass(slots=True)
-class _Samples:
-    parts: list[I64] = field(default_factory=list)
-    count: int = 0
-    stride: int = 1
-
-    def add(self, values: I64) -> None:
-        if values.size == 0:
-            return
-        self.parts.append(values[:: self.stride] if self.stride > 1 else values)
-        self.count += int(values.size)
-        if sum(p.size for p in self.parts) > MAX_SAMPLES:
-            merged = np.concatenate(self.parts)[::2]
-            self.parts = [merged]
-            self.stride *= 2
-
-    def values(self) -> I64:
-        return np.concatenate(self.parts) if self.parts else np.empty(0, dtype=np.int64)
 
 
 def _circular(a: int, b: int) -> int:
@@ -81,357 +162,531 @@ def _circular(a: int, b: int) -> int:
     return min(d, PSN_MOD - d)
 
 
-def summary_s(samples_ns: I64) -> dict[str, float | int] | None:
+def summary_s(samples_ns: I64, count: int | None = None) -> dict[str, float | int] | None:
+    """{count, min, p50, p90, p99, max} in seconds; None without samples."""
     if samples_ns.size == 0:
         return None
     a = samples_ns.astype(np.float64) / 1e9
     p50, p90, p99 = np.percentile(a, [50, 90, 99])
-    return {"count": int(samples_ns.size), "min": float(a.min()), "p50": float(p50),
-            "p90": float(p90), "p99": float(p99), "max": float(a.max())}
+    return {"count": int(samples_ns.size if count is None else count), "min": float(a.min()),
+            "p50": float(p50), "p90": float(p90), "p99": float(p99), "max": float(a.max())}
 
 
-class FlowAnalyzer:
-    """Per-capture flow analysis over column chunks."""
+# ------------------------------------------------------------------- results
 
-    _COUNTERS = ("packets", "bytes", "payload", "ce", "ect", "fecn", "becn", "icrc_checked",
-                 "icrc_bad", "requests", "gaps", "gap_packets", "dups", "ooo", "messages",
-                 "goodput", "rnr", "cnps", "data_payload")
-    _STATE = ("last_raw", "last_u", "max_u", "last_span", "dst_mac", "src_mac", "pcp",
-              "first_ts", "last_ts")
 
-    def __init__(self, capture: str, origin_ns: int, interval_ns: int, cnp_min_gap_ns: int,
-                 *, use_native: bool | None = None) -> None:
-        self.capture = capture
+@dataclass(slots=True)
+class FlowResults:
+    """Everything the flow analyses found in one capture (flow ids index the arrays)."""
+
+    keys: list[FlowKey]
+    counters: I64  # (flows, len(COUNTERS))
+    opcodes: I64  # (flows, OPCODE_SLOTS), see SLOT_OPCODE
+    naks: I64  # (flows, 32) by NAK code
+    samples: dict[tuple[int, str], tuple[I64, int]]  # (flow, kind) -> (kept, count)
+    series: dict[int, tuple[I64, I64]]  # flow -> (intervals, data bytes), intervals ascending
+    ce_series: I64  # CE marks per interval
+    cnp_series: I64  # CNPs per interval
+    beyond_series: int = 0  # CE marks and CNPs later than MAX_SERIES_INTERVALS intervals
+    c: dict[str, I64] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.c = {name: self.counters[:, i] for i, name in enumerate(COUNTERS)}
+
+    @property
+    def n(self) -> int:
+        return len(self.keys)
+
+    def pair(self, fid: int) -> int | None:
+        p = int(self.counters[fid, _C["pair"]])
+        return None if p < 0 else p
+
+    def opcode_counts(self, fid: int) -> dict[int, int]:
+        row = self.opcodes[fid]
+        return {SLOT_OPCODE[s]: int(row[s]) for s in np.nonzero(row)[0].tolist()}
+
+    def sample(self, fid: int, kind: str) -> tuple[I64, int]:
+        return self.samples.get((fid, kind), (np.empty(0, np.int64), 0))
+
+    def differences(self, other: FlowResults) -> list[str]:
+        """What differs from ``other`` (empty when identical)."""
+        out = []
+        if self.keys != other.keys:
+            out.append("keys")
+        for name in ("counters", "opcodes", "naks", "ce_series", "cnp_series"):
+            if not np.array_equal(getattr(self, name), getattr(other, name)):
+                out.append(name)
+        if self.beyond_series != other.beyond_series:
+            out.append("beyond_series")
+        if self.counters.shape == other.counters.shape:
+            out += [f"counter {name}" for i, name in enumerate(COUNTERS)
+                    if not np.array_equal(self.counters[:, i], other.counters[:, i])]
+        if self.samples.keys() != other.samples.keys():
+            out.append("samples keys")
+        else:
+            out += [f"samples {k}" for k, (v, n) in self.samples.items()
+                    if n != other.samples[k][1] or not np.array_equal(v, other.samples[k][0])]
+        if self.series.keys() != other.series.keys():
+            out.append("series keys")
+        else:
+            out += [f"series {k}" for k, (b, v) in self.series.items()
+                    if not (np.array_equal(b, other.series[k][0])
+                            and np.array_equal(v, other.series[k][1]))]
+        return out
+
+
+def _series_from(triples: I64) -> dict[int, tuple[I64, I64]]:
+    """(flow, interval, bytes) triples, in any order, summed per (flow, interval)."""
+    out: dict[int, tuple[I64, I64]] = {}
+    if triples.size == 0:
+        return out
+    order = np.lexsort((triples[:, 1], triples[:, 0]))
+    t = triples[order]
+    new = np.ones(len(t), np.bool_)
+    new[1:] = (t[1:, 0] != t[:-1, 0]) | (t[1:, 1] != t[:-1, 1])
+    starts = np.nonzero(new)[0]
+    fids = t[starts, 0]
+    bins = t[starts, 1]
+    sums = np.add.reduceat(t[:, 2], starts)
+    cuts = np.nonzero(np.diff(fids))[0] + 1
+    for fp, bp, sp in zip(np.split(fids, cuts), np.split(bins, cuts), np.split(sums, cuts),
+                          strict=True):
+        out[int(fp[0])] = (bp, sp)
+    return out
+
+
+def _dense(pairs: I64) -> tuple[I64, int]:
+    """(interval, count) pairs → counts per interval from 0 (up to MAX_SERIES_INTERVALS),
+    and the count that fell beyond."""
+    if pairs.size == 0:
+        return np.zeros(0, np.int64), 0
+    inside = pairs[:, 0] < MAX_SERIES_INTERVALS
+    dense = np.bincount(pairs[inside, 0], weights=pairs[inside, 1]).astype(np.int64)
+    return dense, int(pairs[~inside, 1].sum())
+
+
+# ----------------------------------------------------------------- reference
+
+
+class _Samples:
+    """Every k-th value, k doubling whenever more than MAX_SAMPLES are kept."""
+
+    __slots__ = ("count", "stride", "values")
+
+    def __init__(self) -> None:
+        self.values: list[int] = []
+        self.count = 0
+        self.stride = 1
+
+    def add(self, value: int) -> None:
+        keep = self.count % self.stride == 0
+        self.count += 1
+        if keep:
+            self.values.append(value)
+            if len(self.values) > MAX_SAMPLES:
+                self.values = self.values[::2]
+                self.stride *= 2
+
+
+class _Flow:
+    __slots__ = ("c", "cnp_seen", "cur_bin", "cur_bytes", "have", "last_cnp_ts", "last_raw",
+                 "last_span", "last_u", "lat", "max_u", "missing", "naks", "opc",
+                 "pair_fail_flows", "pend_ack_psn", "pend_ack_ts", "pend_read", "rr_have",
+                 "rr_last_raw", "rr_last_u", "rr_max_u", "rr_missing", "unanswered_ts")
+
+    def __init__(self) -> None:
+        self.c = [0] * len(COUNTERS)
+        self.c[_C["pair"]] = -1
+        self.opc = [0] * OPCODE_SLOTS
+        self.naks = [0] * 32
+        self.have = False
+        self.last_raw = self.last_u = self.max_u = 0
+        self.last_span = 1
+        self.rr_have = False
+        self.rr_last_raw = self.rr_last_u = self.rr_max_u = 0
+        self.missing: list[list[int]] = []
+        self.rr_missing: list[list[int]] = []
+        self.pend_ack_psn: list[int] = []
+        self.pend_ack_ts: list[int] = []
+        self.pend_read: list[tuple[int, int]] = []
+        self.lat = (_Samples(), _Samples(), _Samples())
+        self.unanswered_ts: int | None = None
+        self.cnp_seen = False
+        self.last_cnp_ts = 0
+        self.pair_fail_flows = -1
+
+
+def _gap_add(miss: list[list[int]], lo: int, hi: int) -> None:
+    miss.append([lo, hi])
+    if len(miss) > MAX_MISSING:
+        del miss[0]
+
+
+def _gap_fill(miss: list[list[int]], p: int) -> bool:
+    k = bisect_right(miss, p, key=lambda g: g[0]) - 1
+    if k < 0 or p > miss[k][1]:
+        return False
+    lo, hi = miss[k]
+    miss[k:k + 1] = [r for r in ([lo, p - 1], [p + 1, hi]) if r[0] <= r[1]]
+    return True
+
+
+class FlowReference:
+    """The per-packet flow rules in plain Python (see the module docstring)."""
+
+    def __init__(self, origin_ns: int, interval_ns: int, cnp_min_gap_ns: int) -> None:
         self.origin_ns = origin_ns
-        self.interval_ns = interval_ns
-        self.index = FlowIndex(use_native=use_native)
-        self.n = 0
-        self.c: dict[str, I64] = {k: np.zeros(0, np.int64) for k in
-                                  (*self._COUNTERS, *self._STATE)}
-        self.have = np.zeros(0, np.bool_)
-        self.opcodes = np.zeros((0, 256), np.int64)
-        self.naks = np.zeros((0, 32), np.int64)
-        self.rnr_codes: dict[int, set[int]] = {}
-        self.missing: dict[int, list[list[int]]] = {}
-        self.pending_ack: dict[int, tuple[I64, I64]] = {}
-        self.pending_read: dict[int, dict[int, int]] = {}
-        self.ack_lat: dict[int, _Samples] = {}
-        self.read_lat: dict[int, _Samples] = {}
-        self.pair: dict[int, int] = {}
-        self.by_hosts: dict[tuple[int, int], list[int]] = {}
-        self.cnp = CnpMatcher(cnp_min_gap_ns)
-        self.series: list[tuple[I64, I64]] = []  # (fid << 32 | bin, bytes)
-        self.ce_series: list[I64] = []
-        self.cnp_series: list[I64] = []
+        self.interval_ns = max(1, interval_ns)
+        self.cnp_min_gap_ns = cnp_min_gap_ns
+        self.keys: list[FlowKey] = []
+        self.ids: dict[FlowKey, int] = {}
+        self.flows: list[_Flow] = []
+        self.by_hosts: dict[tuple[bool, int, int], list[int]] = {}
+        self.series: dict[tuple[int, int], int] = {}
+        self.ce: dict[int, int] = {}
+        self.cnp: dict[int, int] = {}
 
-    # ------------------------------------------------------------------ state
-    def _grow(self, n: int) -> None:
-        if n <= self.n:
-            return
-        extra = n - self.n
-        for k in self._COUNTERS:
-            self.c[k] = np.concatenate((self.c[k], np.zeros(extra, np.int64)))
-        for k in self._STATE:
-            self.c[k] = np.concatenate((self.c[k], np.zeros(extra, np.int64)))
-        self.have = np.concatenate((self.have, np.zeros(extra, np.bool_)))
-        self.opcodes = np.concatenate((self.opcodes, np.zeros((extra, 256), np.int64)))
-        self.naks = np.concatenate((self.naks, np.zeros((extra, 32), np.int64)))
-        for fid in range(self.n, n):
-            src, dst, _ = self.index.keys[fid]
-            self.by_hosts.setdefault((src, dst), []).append(fid)
-        self.n = n
+    def _bin(self, ts: int) -> int:
+        return max(0, ts - self.origin_ns) // self.interval_ns
 
-    def _add(self, name: str, f: npt.NDArray[Any], weights: npt.NDArray[Any] | None = None
-             ) -> None:
-        if f.size:
-            b = np.bincount(f, weights=weights, minlength=self.n)
-            self.c[name] += b.astype(np.int64) if weights is not None else b
-
-    # ------------------------------------------------------------------- feed
     def feed(self, cols: PacketColumns) -> None:
-        fid_all = self.index.ids(cols)
-        self._grow(len(self.index))
-        rows = np.nonzero(fid_all >= 0)[0]
+        """The RoCE rows of ``cols`` (already filtered), in order."""
+        rows = np.nonzero(cols.kind == Kind.ROCE)[0]
         if rows.size == 0:
             return
-        if rows.size == len(cols):  # all RoCE: views instead of gathers
-            rows_sel: npt.NDArray[np.intp] | slice = slice(None)
-        else:
-            rows_sel = rows
-        f = fid_all[rows_sel]
-        op = cols.opcode[rows_sel]
-        ts = cols.ts_ns[rows_sel]
-        flags = cols.flags[rows_sel]
-        ecn = cols.ecn[rows_sel]
-        pay = cols.payload_bytes[rows_sel].astype(np.int64)
-        c = self.c
-        self._add("packets", f)
-        self._add("bytes", f, cols.frame_bytes[rows_sel])
-        self._add("payload", f, pay)
-        for name, mask in (("ce", ecn == 3), ("ect", (ecn == 1) | (ecn == 2)),
-                           ("fecn", (flags & Flag.FECN) != 0),
-                           ("becn", (flags & Flag.BECN) != 0)):
-            if mask.any():
-                self._add(name, f[mask])
-        checked = (flags & Flag.ICRC_CHECKED) != 0
-        if checked.any():
-            self._add("icrc_checked", f[checked])
-            self._add("icrc_bad", f[checked & ((flags & Flag.ICRC_OK) == 0)])
-        self.opcodes += np.bincount(f.astype(np.int64) * 256 + op,
-                                    minlength=self.n * 256).reshape(self.n, 256)
-        # Last (and first) row of each flow in this chunk, found with one scatter each.
-        pos = np.arange(f.size)
-        last = np.full(self.n, -1, np.int64)
-        last[f] = pos
-        present = np.nonzero(last >= 0)[0]
-        li = rows[last[present]]
-        c["dst_mac"][present] = cols.dst_mac[li].astype(np.int64)
-        c["src_mac"][present] = cols.src_mac[li].astype(np.int64)
-        c["pcp"][present] = cols.pcp[li]
-        c["last_ts"][present] = cols.ts_ns[li]
-        fresh = present[c["first_ts"][present] == 0]
-        if fresh.size:
-            first = np.full(self.n, -1, np.int64)
-            first[f[::-1]] = pos[::-1]
-            c["first_ts"][fresh] = cols.ts_ns[rows[first[fresh]]]
-        is_req = _T["request"][op]
-        data_w = np.zeros(rows.size, np.int64)
-        if np.any(is_req):
-            dup = self._requests(cols, rows[is_req], f[is_req])
-            data_w[np.nonzero(is_req)[0]] = np.where(dup, 0, pay[is_req])
-        resp = _T["read_response_first"][op] | (_T["response"][op] & ~_T["ack"][op])
-        data_w[resp] = pay[resp]
-        self._add("data_payload", f, data_w)
-        self._pairing(f, op, cols.psn[rows].astype(np.int64))
-        self._responses(cols, rows, f, op, ts)
-        # ECN / CNP.
-        ce_rows = np.nonzero(ecn == 3)[0]
-        cnp_rows = np.nonzero(_T["cnp"][op])[0]
-        self._add("cnps", f[cnp_rows])
-        ce: dict[int, I64] = {}
-        cn: dict[int, I64] = {}
-        for src, out in ((ce_rows, ce), (cnp_rows, cn)):
-            if src.size:
-                fs = f[src]
-                order = np.argsort(fs, kind="stable")
-                fs = fs[order]
-                tss = ts[src][order]
-                cuts = np.nonzero(np.diff(fs))[0] + 1
-                for part_f, part_t in zip(np.split(fs, cuts), np.split(tss, cuts), strict=True):
-                    out[int(part_f[0])] = part_t
-        if ce or cn:
-            self.cnp.feed(ce, cn, self.pair)
-        # Time series (bins from the analysis origin).
-        bins = (ts - self.origin_ns) // self.interval_ns
-        keep = data_w > 0
-        if np.any(keep):
-            key = (f[keep].astype(np.int64) << 32) | bins[keep]
-            u, inv = np.unique(key, return_inverse=True)
-            self.series.append((u, np.bincount(inv, weights=data_w[keep]).astype(np.int64)))
-        if ce_rows.size:
-            self.ce_series.append(np.bincount(bins[ce_rows]))
-        if cnp_rows.size:
-            self.cnp_series.append(np.bincount(bins[cnp_rows]))
+        keys = flow_keys(cols, rows)
+        fields = zip(keys, cols.ts_ns[rows].tolist(), cols.frame_bytes[rows].tolist(),
+                     cols.payload_bytes[rows].tolist(), cols.opcode[rows].tolist(),
+                     cols.psn[rows].tolist(), cols.flags[rows].tolist(), cols.ecn[rows].tolist(),
+                     cols.syndrome[rows].tolist(), cols.reth_len[rows].tolist(),
+                     cols.src_mac[rows].tolist(), cols.dst_mac[rows].tolist(),
+                     cols.pcp[rows].tolist(), strict=True)
+        for key, ts, frame, pay, op, psn, flags, ecn, syn, reth, smac, dmac, pcp in fields:
+            self._packet(key, ts, frame, pay, op, psn, flags, ecn, syn, reth, smac, dmac, pcp)
 
-    def _requests(self, cols: PacketColumns, idx0: npt.NDArray[np.intp],
-                  f0: npt.NDArray[np.int32]) -> npt.NDArray[np.bool_]:
-        """PSN analysis of request packets; returns the duplicate mask (in idx0 order)."""
-        c = self.c
-        sort_key = f0.astype(np.uint16) if self.n < 65536 else f0
-        order = np.argsort(sort_key, kind="stable")
-        idx = idx0[order]
-        fs = f0[order].astype(np.int64)
-        m = idx.size
-        psn = cols.psn[idx].astype(np.int64)
-        ts = cols.ts_ns[idx]
-        op = cols.opcode[idx]
-        seg_start = np.ones(m, np.bool_)
-        seg_start[1:] = fs[1:] != fs[:-1]
-        segs = np.nonzero(seg_start)[0]
-        seg_id = np.cumsum(seg_start) - 1
-        seg_f = fs[segs]
-        have = self.have[seg_f]
-        prev_raw = np.empty(m, np.int64)
-        prev_raw[1:] = psn[:-1]
-        prev_raw[segs] = np.where(have, c["last_raw"][seg_f], psn[segs])
-        delta = signed_psn_delta(psn, prev_raw)
-        base = np.where(have, c["last_u"][seg_f], psn[segs])
-        cs = np.cumsum(delta)
-        cs_before = cs[segs] - delta[segs]
-        psn_u = base[seg_id] + cs - cs_before[seg_id]
-        carry_max = np.where(have, c["max_u"][seg_f], psn[segs] - 1)
-        big = np.int64(1 << 42)
-        v = (psn_u - base[seg_id]) + seg_id * big
-        incl = np.maximum.accumulate(v) - seg_id * big + base[seg_id]
-        prev_max = np.empty(m, np.int64)
-        prev_max[1:] = incl[:-1]
-        prev_max[segs] = carry_max
-        prev_max = np.maximum(prev_max, carry_max[seg_id])
-        is_read = _T["read_request"][op]
-        span = np.where(is_read, np.maximum(1, -(-cols.reth_len[idx].astype(np.int64) // 256)),
-                        1)
-        tol = np.empty(m, np.int64)
-        tol[1:] = span[:-1]
-        tol[segs] = np.where(have, c["last_span"][seg_f], 1)
-        ahead = psn_u - prev_max
-        gap = ahead > tol
-        behind = ahead <= 0
-        dup = np.zeros(m, np.bool_)
-        ooo = np.zeros(m, np.bool_)
-        for i in np.nonzero(gap | behind)[0].tolist():
-            fid = int(fs[i])
-            miss = self.missing.setdefault(fid, [])
-            if gap[i]:
-                miss.append([int(prev_max[i] + tol[i]), int(psn_u[i] - 1)])
-                if len(miss) > MAX_MISSING:
-                    del miss[0]
-                continue
-            p = int(psn_u[i])
-            for k, (lo, hi) in enumerate(miss):
-                if lo <= p <= hi:
-                    ooo[i] = True
-                    repl = [r for r in ([lo, p - 1], [p + 1, hi]) if r[0] <= r[1]]
-                    miss[k:k + 1] = repl
-                    break
+    def _flow(self, key: FlowKey) -> int:
+        fid = self.ids.get(key)
+        if fid is None:
+            fid = self.ids[key] = len(self.keys)
+            self.keys.append(key)
+            self.flows.append(_Flow())
+            self.by_hosts.setdefault((key.ipv6, key.src_ip, key.dst_ip), []).append(fid)
+        return fid
+
+    def _packet(self, key: FlowKey, ts: int, frame: int, pay: int, op: int, psn: int,
+                flags: int, ecn: int, syn: int, reth: int, smac: int, dmac: int,
+                pcp: int) -> None:
+        fid = self._flow(key)
+        f = self.flows[fid]
+        c = f.c
+        of = int(OPFLAGS[op])
+        if c[_C["packets"]] == 0:
+            c[_C["first_ts"]] = ts
+        c[_C["packets"]] += 1
+        c[_C["bytes"]] += frame
+        c[_C["payload"]] += pay
+        if ecn == 3:
+            c[_C["ce"]] += 1
+        elif ecn:
+            c[_C["ect"]] += 1
+        if flags & Flag.FECN:
+            c[_C["fecn"]] += 1
+        if flags & Flag.BECN:
+            c[_C["becn"]] += 1
+        if flags & Flag.ICRC_CHECKED:
+            c[_C["icrc_checked"]] += 1
+            if not flags & Flag.ICRC_OK:
+                c[_C["icrc_bad"]] += 1
+        f.opc[int(OPCODE_SLOT[op])] += 1
+        c[_C["src_mac"]] = smac
+        c[_C["dst_mac"]] = dmac
+        c[_C["pcp"]] = pcp
+        c[_C["last_ts"]] = ts
+        data = 0
+        if of & OpFlag.REQUEST and not self._request(f, ts, op, of, psn, flags, pay, reth):
+            data = pay
+        if of & (OpFlag.RESPONSE | OpFlag.CNP) and c[_C["pair"]] < 0:
+            self._try_pair(fid, psn, bool(of & OpFlag.RESPONSE))
+        if of & OpFlag.READ_RESPONSE:
+            if not self._read_response(f, ts, of, psn):
+                data = pay
+        elif of & OpFlag.RESPONSE and not of & OpFlag.ACKNOWLEDGE:
+            data = pay
+        if of & OpFlag.AETH:
+            kind = (syn >> 5) & 3
+            if kind == 3:
+                f.naks[syn & 31] += 1
+                c[_C["naks"]] += 1
+            elif kind == 1:
+                c[_C["rnr"]] += 1
+                c[_C["rnr_codes"]] |= 1 << (syn & 31)
+            elif kind == 0 and of & OpFlag.ACKNOWLEDGE:
+                self._ack(f, ts, psn)
+        if ecn == 3:
+            if f.unanswered_ts is None:
+                f.unanswered_ts = ts
+            b = self._bin(ts)
+            self.ce[b] = self.ce.get(b, 0) + 1
+        if of & OpFlag.CNP:
+            c[_C["cnps"]] += 1
+            if f.cnp_seen and ts - f.last_cnp_ts < self.cnp_min_gap_ns:
+                c[_C["cnp_violations"]] += 1
+            f.cnp_seen = True
+            f.last_cnp_ts = ts
+            d = c[_C["pair"]]
+            if d < 0:
+                c[_C["cnp_unmatched"]] += 1
             else:
-                dup[i] = True
-        self._add("requests", fs)
-        self._add("gaps", fs[gap])
-        self._add("gap_packets", fs[gap], (ahead - tol)[gap])
-        self._add("dups", fs[dup])
-        self._add("ooo", fs[ooo])
-        ends = _T["ends_message"][op]
-        self._add("messages", fs[ends & ~dup])
-        pay = cols.payload_bytes[idx].astype(np.int64)
-        self._add("goodput", fs, np.where(dup, 0, pay))
-        seg_end = np.concatenate((segs[1:] - 1, [m - 1]))
-        c["last_raw"][seg_f] = psn[seg_end]
-        c["last_u"][seg_f] = psn_u[seg_end]
-        c["max_u"][seg_f] = np.maximum(carry_max, incl[seg_end])
-        c["last_span"][seg_f] = span[seg_end]
-        self.have[seg_f] = True
-        # Requests awaiting an ACK / a READ response (first copies only).
-        first_copy = ~dup
-        ackreq = ((cols.flags[idx] & Flag.ACK_REQ) != 0) & first_copy & ~is_read
-        if np.any(ackreq):
-            sel = np.nonzero(ackreq)[0]
-            cuts = np.nonzero(np.diff(fs[sel]))[0] + 1
-            for part in np.split(sel, cuts):
-                fid = int(fs[part[0]])
-                pu, pt = self.pending_ack.get(fid, (np.empty(0, np.int64), np.empty(0, np.int64)))
-                pu = np.concatenate((pu, psn_u[part]))[-MAX_PENDING:]
-                pt = np.concatenate((pt, ts[part]))[-MAX_PENDING:]
-                self.pending_ack[fid] = (pu, pt)
-        reads = np.nonzero(is_read & first_copy)[0]
-        for i in reads.tolist():
-            self.pending_read.setdefault(int(fs[i]), {})[int(psn[i])] = int(ts[i])
-        out = np.empty(m, np.bool_)
-        out[order] = dup
-        return out
+                df = self.flows[d]
+                if df.unanswered_ts is not None and df.unanswered_ts <= ts:
+                    df.lat[2].add(ts - df.unanswered_ts)
+                    df.unanswered_ts = None
+            b = self._bin(ts)
+            self.cnp[b] = self.cnp.get(b, 0) + 1
+        if data > 0:
+            c[_C["data_payload"]] += data
+            k = (fid, self._bin(ts))
+            self.series[k] = self.series.get(k, 0) + data
 
-    def _pairing(self, f: npt.NDArray[np.int32], op: npt.NDArray[np.uint8], psn: I64) -> None:
-        """Pair keys that carry responses or CNPs with their reverse direction."""
-        cand_rows = np.nonzero(_T["response"][op] | _T["cnp"][op])[0]
-        if cand_rows.size == 0:
+    def _request(self, f: _Flow, ts: int, op: int, of: int, p: int, flags: int, pay: int,
+                 reth: int) -> bool:
+        c = f.c
+        span = max(1, -(-reth // 256)) if of & OpFlag.READ_REQUEST else 1
+        if not f.have:
+            psn_u, prev_max, tol = p, p - 1, 1
+        else:
+            psn_u = f.last_u + signed_psn_delta(p, f.last_raw)
+            prev_max, tol = f.max_u, f.last_span
+        ahead = psn_u - prev_max
+        dup = False
+        if ahead > tol:
+            c[_C["gaps"]] += 1
+            c[_C["gap_packets"]] += ahead - tol
+            _gap_add(f.missing, prev_max + tol, psn_u - 1)
+        elif ahead <= 0:
+            if _gap_fill(f.missing, psn_u):
+                c[_C["ooo"]] += 1
+            else:
+                c[_C["dups"]] += 1
+                dup = True
+        c[_C["requests"]] += 1
+        if not dup:
+            if of & OpFlag.ENDS_MESSAGE:
+                c[_C["messages"]] += 1
+            c[_C["goodput"]] += pay
+        f.max_u = psn_u if not f.have else max(f.max_u, psn_u)
+        f.last_raw, f.last_u, f.last_span, f.have = p, psn_u, span, True
+        if dup:
+            return True
+        if of & OpFlag.READ_REQUEST:
+            f.pend_read.append((p, ts))
+            if len(f.pend_read) > MAX_PENDING:
+                del f.pend_read[0]
+        elif flags & Flag.ACK_REQ:
+            i = bisect_right(f.pend_ack_psn, psn_u)
+            f.pend_ack_psn.insert(i, psn_u)
+            f.pend_ack_ts.insert(i, ts)
+            if len(f.pend_ack_psn) > MAX_PENDING:
+                del f.pend_ack_psn[0], f.pend_ack_ts[0]
+        return False
+
+    def _read_response(self, f: _Flow, ts: int, of: int, p: int) -> bool:
+        c = f.c
+        if not f.rr_have:
+            psn_u, prev_max = p, p - 1
+        else:
+            psn_u = f.rr_last_u + signed_psn_delta(p, f.rr_last_raw)
+            prev_max = f.rr_max_u
+        ahead = psn_u - prev_max
+        dup = False
+        if ahead > 1:
+            if of & OpFlag.RESPONSE_MIDDLE_LAST:
+                c[_C["rr_gaps"]] += 1
+                c[_C["rr_gap_packets"]] += ahead - 1
+                _gap_add(f.rr_missing, prev_max + 1, psn_u - 1)
+        elif ahead <= 0:
+            if _gap_fill(f.rr_missing, psn_u):
+                c[_C["rr_ooo"]] += 1
+            else:
+                c[_C["rr_dups"]] += 1
+                dup = True
+        c[_C["rr_packets"]] += 1
+        f.rr_max_u = psn_u if not f.rr_have else max(f.rr_max_u, psn_u)
+        f.rr_last_raw, f.rr_last_u, f.rr_have = p, psn_u, True
+        fwd = c[_C["pair"]]
+        if of & OpFlag.READ_RESPONSE_FIRST and fwd >= 0:
+            ff = self.flows[fwd]
+            for i in range(len(ff.pend_read) - 1, -1, -1):
+                if ff.pend_read[i][0] == p:
+                    t_req = ff.pend_read.pop(i)[1]
+                    if t_req <= ts:
+                        ff.lat[1].add(ts - t_req)
+                    break
+        return dup
+
+    def _ack(self, rf: _Flow, ts: int, psn: int) -> None:
+        fwd = rf.c[_C["pair"]]
+        if fwd < 0:
             return
-        fs = f[cand_rows]
-        for fid in np.unique(fs).tolist():
-            if fid in self.pair:
-                continue
-            src, dst, _ = self.index.keys[fid]
-            cands = [k for k in self.by_hosts.get((dst, src), []) if k not in self.pair
-                     and k != fid]
-            if not cands:
-                continue
-            if len(cands) > 1:
-                resp = cand_rows[(fs == fid) & _T["response"][op[cand_rows]]]
-                have = [k for k in cands if self.have[k]]
-                if resp.size == 0 or not have:
-                    continue
-                p = int(psn[resp[-1]])
-                cands = [min(have, key=lambda k: _circular(int(self.c["last_raw"][k]), p))]
+        f = self.flows[fwd]
+        if not f.have or not f.pend_ack_psn:
+            return
+        a_u = f.max_u + signed_psn_delta(psn, f.max_u & PSN_MASK)
+        j = bisect_right(f.pend_ack_psn, a_u)
+        kept_psn, kept_ts = [], []
+        for pu, pt in zip(f.pend_ack_psn[:j], f.pend_ack_ts[:j], strict=True):
+            if pt <= ts:
+                f.lat[0].add(ts - pt)
+            else:
+                kept_psn.append(pu)
+                kept_ts.append(pt)
+        f.pend_ack_psn[:j] = kept_psn
+        f.pend_ack_ts[:j] = kept_ts
+
+    def _try_pair(self, fid: int, psn: int, response: bool) -> None:
+        f = self.flows[fid]
+        n = len(self.flows)
+        if f.pair_fail_flows == n:
+            return
+        k = self.keys[fid]
+        cands = [x for x in self.by_hosts.get((k.ipv6, k.dst_ip, k.src_ip), ())
+                 if x != fid and self.flows[x].c[_C["pair"]] < 0]
+        if not cands:
+            f.pair_fail_flows = n
+            return
+        if len(cands) == 1:
             other = cands[0]
-            self.pair[fid] = other
-            self.pair[other] = fid
-
-    def _responses(self, cols: PacketColumns, rows: npt.NDArray[np.intp],
-                   f: npt.NDArray[np.int32], op: npt.NDArray[np.uint8], ts: I64) -> None:
-        aeth = np.nonzero(_T["has_aeth"][op])[0]
-        if aeth.size == 0:
+        elif response:
+            have = [x for x in cands if self.flows[x].have]
+            if not have:
+                return
+            other = min(have, key=lambda x: _circular(self.flows[x].last_raw, psn))
+        else:
             return
-        syn = cols.syndrome[rows[aeth]]
-        typ = (syn >> 5) & 3
-        nak = typ == 3
-        if np.any(nak):
-            self.naks += np.bincount(f[aeth][nak].astype(np.int64) * 32 + (syn[nak] & 31),
-                                     minlength=self.n * 32).reshape(self.n, 32)
-        rnr = np.nonzero(typ == 1)[0]
-        if rnr.size:
-            self._add("rnr", f[aeth][rnr])
-            for fid, code in zip(f[aeth][rnr].tolist(), (syn[rnr] & 31).tolist(), strict=True):
-                self.rnr_codes.setdefault(fid, set()).add(code)
-        # ACK latency.
-        acks = aeth[(typ == 0) & (_T["ack"][op[aeth]])]
-        if acks.size and self.pending_ack:
-            fa = f[acks]
-            for rid in np.unique(fa).tolist():
-                fwd = self.pair.get(rid)
-                if fwd is None or fwd not in self.pending_ack:
-                    continue
-                sel = acks[fa == rid]
-                a_ts = ts[sel]
-                mu = int(self.c["max_u"][fwd])
-                a_u = mu + signed_psn_delta(cols.psn[rows[sel]].astype(np.int64),
-                                            np.full(sel.size, mu & PSN_MASK, np.int64))
-                cm = np.maximum.accumulate(a_u)
-                pu, pt = self.pending_ack[fwd]
-                j = np.maximum(np.searchsorted(a_ts, pt, side="left"),
-                               np.searchsorted(cm, pu, side="left"))
-                hit = j < a_ts.size
-                if np.any(hit):
-                    self.ack_lat.setdefault(fwd, _Samples()).add(a_ts[j[hit]] - pt[hit])
-                self.pending_ack[fwd] = (pu[~hit], pt[~hit])
-        # READ latency.
-        first = aeth[_T["read_response_first"][op[aeth]]]
-        for i in first.tolist():
-            fwd = self.pair.get(int(f[i]))
-            if fwd is None:
-                continue
-            pend = self.pending_read.get(fwd)
-            if not pend:
-                continue
-            t_req = pend.pop(int(cols.psn[rows[i]]), None)
-            if t_req is not None and t_req <= ts[i]:
-                self.read_lat.setdefault(fwd, _Samples()).add(np.array([ts[i] - t_req]))
+        f.c[_C["pair"]] = other
+        self.flows[other].c[_C["pair"]] = fid
 
-    # ----------------------------------------------------------------- finish
-    def goodput_series(self) -> dict[int, tuple[I64, I64]]:
-        """flow id → (bin indices, bytes per bin)."""
-        if not self.series:
-            return {}
-        keys = np.concatenate([k for k, _ in self.series])
-        vals = np.concatenate([v for _, v in self.series])
-        u, inv = np.unique(keys, return_inverse=True)
-        sums = np.bincount(inv, weights=vals).astype(np.int64)
-        fids = u >> 32
-        bins = u & 0xFFFFFFFF
-        out: dict[int, tuple[I64, I64]] = {}
-        cuts = np.nonzero(np.diff(fids))[0] + 1
-        for fp, bp, sp in zip(np.split(fids, cuts), np.split(bins, cuts), np.split(sums, cuts),
-                              strict=True):
-            if fp.size:
-                out[int(fp[0])] = (bp, sp)
+    def results(self) -> FlowResults:
+        n = len(self.flows)
+        counters = np.array([f.c for f in self.flows], np.int64).reshape(n, len(COUNTERS))
+        opcodes = np.array([f.opc for f in self.flows], np.int64).reshape(n, OPCODE_SLOTS)
+        naks = np.array([f.naks for f in self.flows], np.int64).reshape(n, 32)
+        samples: dict[tuple[int, str], tuple[I64, int]] = {}
+        for fid, f in enumerate(self.flows):
+            for kind, s in zip(SAMPLE_KINDS, f.lat, strict=True):
+                if s.count:
+                    samples[(fid, kind)] = (np.array(s.values, np.int64), s.count)
+        triples = np.array([(k[0], k[1], v) for k, v in self.series.items()],
+                           np.int64).reshape(-1, 3)
+        ce, ce_beyond = _dense(np.array(list(self.ce.items()), np.int64).reshape(-1, 2))
+        cnp, cnp_beyond = _dense(np.array(list(self.cnp.items()), np.int64).reshape(-1, 2))
+        return FlowResults(list(self.keys), counters, opcodes, naks, samples,
+                           _series_from(triples), ce, cnp, ce_beyond + cnp_beyond)
+
+
+# -------------------------------------------------------------------- native
+
+
+def analyzer_config(origin_ns: int, interval_ns: int, cnp_min_gap_ns: int, *,
+                    start_ns: int | None = None, end_ns: int | None = None,
+                    priorities: frozenset[int] | None = None,
+                    flow: tuple[int | None, int | None, int | None] | None = None,
+                    verify_icrc: bool = True) -> Any:
+    """A ``netio_analyzer_config`` (absolute start/end times; flow = (src, dst, qp))."""
+    ffi, lib = native.ffi, native.lib
+    cfg = ffi.new("netio_analyzer_config *")
+    cfg.origin_ns = origin_ns
+    cfg.interval_ns = max(1, interval_ns)
+    cfg.cnp_min_gap_ns = cnp_min_gap_ns
+    cfg.start_ns = -(1 << 63) if start_ns is None else start_ns
+    cfg.end_ns = (1 << 63) - 1 if end_ns is None else end_ns
+    cfg.roce_pcp_mask = 0x1FF if priorities is None else sum(1 << p for p in priorities)
+    bits = 0
+    if flow is not None:
+        src, dst, qp = flow
+        if src is not None:
+            bits |= lib.NETIO_FLOW_FILTER_SRC
+            cfg.flow_src_ip = src
+        if dst is not None:
+            bits |= lib.NETIO_FLOW_FILTER_DST
+            cfg.flow_dst_ip = dst
+        if qp is not None:
+            bits |= lib.NETIO_FLOW_FILTER_QP
+            cfg.flow_dest_qp = qp
+    cfg.flow_filter = bits
+    cfg.verify_icrc = 1 if verify_icrc else 0
+    ffi.memmove(cfg.opflags, OPFLAGS.tobytes(), OPFLAGS.nbytes)
+    ffi.memmove(cfg.opslot, OPCODE_SLOT.tobytes(), OPCODE_SLOT.nbytes)
+    return cfg
+
+
+class NativeFlows:
+    """The C analyzer (``netio_analyzer``) of one capture: filters, kinds, flows."""
+
+    def __init__(self, config: Any) -> None:
+        if not native.AVAILABLE:
+            raise RuntimeError("netio._native is not built (run tools/rebuild)")
+        lib = native.lib
+        ptr = lib.netio_analyzer_new(config)
+        if ptr == native.ffi.NULL:
+            raise MemoryError("netio_analyzer_new failed")
+        self._a = native.ffi.gc(ptr, lib.netio_analyzer_free)
+
+    @property
+    def handle(self) -> Any:
+        return self._a
+
+    def feed_columns(self, cols: PacketColumns) -> None:
+        """The RoCE rows of already extracted (and filtered) columns."""
+        from netio.analyze.extract import c_columns
+
+        if len(cols) == 0:
+            return
+        ccols, _keep = c_columns(cols)
+        if native.lib.netio_analyzer_feed_columns(self._a, ccols, len(cols)) < 0:
+            raise MemoryError("flow analysis ran out of memory")
+
+    def summary(self) -> I64:
+        """Kept rows per Kind (0..4), rows kept, first and last kept timestamp."""
+        out = np.zeros(native.lib.NETIO_ANALYZER_SUMMARY, np.int64)
+        native.lib.netio_analyzer_summary(self._a, native.ffi.from_buffer("int64_t[]", out))
         return out
 
-    @staticmethod
-    def _sum_series(parts: list[I64]) -> I64:
-        if not parts:
-            return np.zeros(0, np.int64)
-        n = max(p.size for p in parts)
-        out = np.zeros(n, np.int64)
-        for p in parts:
-            out[: p.size] += p
-        return out
+    def results(self) -> FlowResults:
+        ffi, lib = native.ffi, native.lib
+        a = self._a
+        n = lib.netio_analyzer_flows(a)
+        words = np.zeros((n, 5), np.uint64)
+        counters = np.zeros((n, len(COUNTERS)), np.int64)
+        opcodes = np.zeros((n, OPCODE_SLOTS), np.uint64)
+        naks = np.zeros((n, 32), np.int64)
+        if n:
+            lib.netio_analyzer_export(a, ffi.from_buffer("uint64_t[]", words),
+                                      ffi.from_buffer("int64_t[]", counters),
+                                      ffi.from_buffer("uint64_t[]", opcodes),
+                                      ffi.from_buffer("int64_t[]", naks))
+        keys = [key_of_words(*w) for w in words.tolist()]
+        samples: dict[tuple[int, str], tuple[I64, int]] = {}
+        buf = np.empty(MAX_SAMPLES + 1, np.int64)
+        count = ffi.new("int64_t *")
+        cbuf = ffi.from_buffer("int64_t[]", buf)
+        for fid in range(n):
+            for which, kind in enumerate(SAMPLE_KINDS):
+                kept = lib.netio_analyzer_samples(a, fid, which, cbuf, count)
+                if count[0]:
+                    samples[(fid, kind)] = (buf[:kept].copy(), int(count[0]))
+        series = []
+        for which in range(3):
+            m = lib.netio_analyzer_series_len(a, which)
+            t = np.zeros((m, 3), np.int64)
+            if m:
+                lib.netio_analyzer_series(a, which, ffi.from_buffer("int64_t[]", t))
+            series.append(t)
+        ce, ce_beyond = _dense(series[1][:, 1:])
+        cnp, cnp_beyond = _dense(series[2][:, 1:])
+        return FlowResults(keys, counters, opcodes.astype(np.int64), naks, samples,
+                           _series_from(series[0]), ce, cnp, ce_beyond + cnp_beyond)
 
-    def ce_cnp_series(self) -> tuple[I64, I64]:
-        return self._sum_series(self.ce_series), self._sum_series(self.cnp_series)
+
+__all__ = ["COUNTERS", "MAX_MISSING", "MAX_PENDING", "MAX_SAMPLES", "FlowReference",
+           "FlowResults", "NativeFlows", "OpFlag", "analyzer_config", "summary_s"]

@@ -13,7 +13,8 @@ the paused priority; the congested destination is their destination IP with
 the most data bytes. A later member pauses its link peer; the flows that peer
 sends into the pausing MAC (seen in that member's capture, at the paused
 priority) are paused with it. If none of them goes to the congested
-destination, that peer is a victim: paused although it never sent there.
+destination, that peer is a victim: paused although it never sent there; its
+victim flows are those of them that carried data.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ class PauseEvent:
     priority: int | None
 
 
+#: An IP address as (integer, IPv6) so IPv4 and IPv6 never collide.
+Address = tuple[int, bool]
+
+
 @dataclass(frozen=True, slots=True)
 class FlowSeen:
     """A flow observed at a capture point (for root/victim attribution)."""
@@ -41,14 +46,28 @@ class FlowSeen:
     dst_mac: int
     priority: int | None
     data_bytes: int
+    ipv6: bool = False
+
+    @property
+    def destination(self) -> Address:
+        return (self.dst_ip, self.ipv6)
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    """A chain member whose paused peer sends only elsewhere than the congested destination."""
+
+    member: PauseEvent
+    destinations: tuple[Address, ...]
+    flows: tuple[FlowSeen, ...]  # the paused flows that carried data, by address and QP
 
 
 @dataclass(frozen=True, slots=True)
 class Chain:
     members: tuple[PauseEvent, ...]
-    congested_destination: int | None
+    congested_destination: Address | None
     converging: tuple[FlowSeen, ...]
-    victims: tuple[tuple[PauseEvent, tuple[int, ...]], ...]  # (member, its destinations)
+    victims: tuple[Victim, ...]
 
     @property
     def root(self) -> PauseEvent:
@@ -78,15 +97,18 @@ def build_chains(events: Sequence[PauseEvent], flows: Sequence[FlowSeen],
                     and (m.priority is None or f.priority == m.priority)]
 
         conv = toward(root)
-        by_dst: dict[int, int] = {}
+        by_dst: dict[Address, int] = {}
         for f in conv:
-            by_dst[f.dst_ip] = by_dst.get(f.dst_ip, 0) + f.data_bytes
-        dest = max(by_dst, key=lambda d: (by_dst[d], -d)) if by_dst else None
+            by_dst[f.destination] = by_dst.get(f.destination, 0) + f.data_bytes
+        dest = max(by_dst, key=lambda d: (by_dst[d], -d[1], -d[0])) if by_dst else None
         victims = []
         for m in chain[1:]:
-            dsts = tuple(sorted({f.dst_ip for f in toward(m)}))
+            paused = toward(m)
+            dsts = tuple(sorted({f.destination for f in paused}))
             if dest is not None and dsts and dest not in dsts:
-                victims.append((m, dsts))
+                data = sorted((f for f in paused if f.data_bytes > 0),
+                              key=lambda f: (f.ipv6, f.src_ip, f.dst_ip, f.dest_qp))
+                victims.append(Victim(m, dsts, tuple(data)))
         out.append(Chain(tuple(chain), dest, tuple(conv), tuple(victims)))
     return out
 

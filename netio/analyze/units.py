@@ -2,12 +2,13 @@
 
 Bit rates (``100G``, ``25Gbps``, ``400e9``), durations (``200ms``, ``50us``,
 ``1.5s``, plain numbers are seconds), MAC addresses as 48-bit integers, and
-human renderings with units (``12.5 ms``, ``3.20 Gb/s``).
+IPv4/IPv6 addresses as integers, human renderings with units (``12.5 ms``, ``3.20 Gb/s``).
 """
 
 from __future__ import annotations
 
 import re
+from ipaddress import IPv6Address
 
 _RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMgGtT]?)"
                    r"(?:b(?:ps|it/s|/s)?|bps)?\s*$")
@@ -59,6 +60,13 @@ def format_mac_int(mac: int) -> str:
 
 def format_ipv4_int(ip: int) -> str:
     return f"{ip >> 24 & 255}.{ip >> 16 & 255}.{ip >> 8 & 255}.{ip & 255}"
+
+
+def format_ip_int(ip: int, v6: bool) -> str:
+    """An IPv4 (32-bit) or IPv6 (128-bit, RFC 5952 text) address held as an integer."""
+    if not v6:
+        return format_ipv4_int(ip)
+    return str(IPv6Address(ip))
 
 
 def human_duration(seconds: float) -> str:
