@@ -83,6 +83,9 @@ def to_text(doc: dict[str, Any], *, max_flows: int = 30) -> str:
             out.append(f"  victim: the peer paused by {v['paused_by']} on {v['capture']} sends "
                        f"only to {', '.join(v['destinations'])}, not to "
                        f"{ch['congested_destination']}")
+            for f in v["flows"]:
+                out.append(f"    paused flow {f['src_ip']}->{f['dst_ip']} qp 0x{f['dest_qp']:06x}"
+                           f" ({human_bytes(f['data_bytes'])} of data)")
     if doc["pause_senders"]:
         out += ["", "Pause senders"]
         out += _table(["capture", "sender MAC", "prio", "XOFF", "XON", "intervals", "paused[ms]",

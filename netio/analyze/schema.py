@@ -23,14 +23,20 @@ Top level
     xon_storms[]: queue keys + start_s, end_s, xon_frames, rate_per_s,
     spreading[]: root {capture, src_mac, priority, start_s}, congested_destination,
         converging_flows[], members[] {capture, src_mac, priority, start_s, delay_s},
-        victims[] {capture, paused_by, priority, destinations[]},
-    flows[]: capture, src_ip, dst_ip, dest_qp, priority, src_mac, dst_mac, first_ts_s,
+        victims[] {capture, paused_by, priority, destinations[], flows[] (the paused
+        flows that carried data: capture, src_ip, dst_ip, dest_qp, data_bytes)},
+    flows[]: capture, src_ip, dst_ip (IPv4 dotted or IPv6 RFC 5952 text; flows are keyed
+        on full addresses), dest_qp, priority, src_mac, dst_mac, first_ts_s,
         last_ts_s, packets, bytes (on the wire), payload_bytes, goodput_bytes (first
         copies only), goodput_bps, opcodes {NAME: packets}, messages, request_packets,
         psn_gaps, psn_gap_packets, duplicate_packets, out_of_order_packets,
-        retransmitted_packets, retransmission_ratio, naks {CODE_NAME: n}, rnr_naks,
-        rnr_timer_s[], ack_latency_s, read_latency_s ({count,min,p50,p90,p99,max} or
-        null), icrc_failures, icrc_checked_packets,
+        retransmitted_packets, retransmission_ratio,
+        read_responses {packets, psn_gaps, psn_gap_packets, duplicate_packets,
+        out_of_order_packets, retransmitted_packets} (the READ RESPONSE stream of the
+        reverse direction) or null, naks {CODE_NAME: n}, rnr_naks,
+        rnr_timer_s[], ack_latency_s, read_latency_s ({count (all samples), min, p50, p90,
+        p99, max} over up to 65536 kept samples, or null), icrc_failures,
+        icrc_checked_packets,
         ecn {ect_packets, ce_packets, cnps (CNPs throttling this direction),
         cnp_reaction_s, cnp_rate_violations, fecn_packets, becn_packets},
         throughput {interval_s, start_s[], bps[]},
@@ -39,7 +45,8 @@ Top level
     fairness[]: capture, group destination|egress, key, flows, windows, jain_min,
         jain_mean, worst_window_start_s,
     incast[]: capture, destination, start_s, end_s, max_senders,
-    ecn_series: {capture: {interval_s, ce_packets[], cnps[]}},
+    ecn_series: {capture: {interval_s, ce_packets[], cnps[]}} (per interval from
+        time_origin_ns; packets before it count in the first interval),
     assumptions[]: every assumption the analysis made, in words.
 """
 

@@ -212,7 +212,8 @@ def _spreading_truth(scenario: Scenario, events: list[tuple[int, str, int, int |
             if dest is not None and dsts and dest not in dsts:
                 victims.append({"capture": m[1], "paused_by": format_mac_int(m[2]),
                                 "priority": m[3],
-                                "destinations": sorted(format_ipv4_int(d) for d in dsts)})
+                                "destinations": sorted(format_ipv4_int(d) for d in dsts),
+                                "flows": _paused_data_flows(scenario, m[1], m[2], m[3])})
         out.append({
             "root": {"capture": root[1], "src_mac": format_mac_int(root[2]),
                      "priority": root[3], "start_s": _s(root[0], t0)},
@@ -223,3 +224,23 @@ def _spreading_truth(scenario: Scenario, events: list[tuple[int, str, int, int |
             "victims": victims,
         })
     return out
+
+
+def _paused_data_flows(scenario: Scenario, port: str, mac: int, prio: int | None
+                       ) -> list[dict[str, Any]]:
+    """Data-carrying directions at ``port`` addressed to the pausing ``mac``: write/send
+    requests on hops toward it, READ responses on READ hops away from it."""
+    out = []
+    for f in scenario.flows:
+        if prio is not None and f.priority != prio:
+            continue
+        data = f.messages * f.message_bytes
+        for h in f.hops:
+            if h.port != port:
+                continue
+            if h.dst_mac == mac and f.op != "read":
+                out.append((f.src_ip, f.dst_ip, f.dst_qp, data))
+            if h.src_mac == mac and f.op == "read":
+                out.append((f.dst_ip, f.src_ip, f.src_qp, data))
+    return [{"src_ip": format_ipv4_int(s), "dst_ip": format_ipv4_int(d), "dest_qp": q,
+             "data_bytes": n} for s, d, q, n in sorted(out)]
