@@ -10,33 +10,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "analyze_internal.h"
+#include "analyze_classify.h"
 
-/* Per opcode (IBTA Table 38/39, as netio.wire.bth.OPCODE_TABLE): valid,
- * extension header bytes, has payload, offset of RETH / AETH after the BTH
- * (-1 if absent), UD transport. */
-typedef struct {
-    int8_t valid;
-    int8_t ext_bytes;
-    int8_t has_payload;
-    int8_t reth_off;
-    int8_t aeth_off;
-    int8_t ud;
-} op_layout;
-
-static op_layout g_ops[256];
-static int g_ops_ready;
+op_layout netio_analyze_ops[256];
+int netio_analyze_ops_ready;
 
 static void set_rc_uc(int low, int ext, int payload, int reth, int aeth) {
     op_layout l = {1, (int8_t)ext, (int8_t)payload, (int8_t)reth, (int8_t)aeth, 0};
-    g_ops[low] = l;
-    g_ops[0x20 | low] = l;
+    netio_analyze_ops[low] = l;
+    netio_analyze_ops[0x20 | low] = l;
 }
 
-static void init_ops(void) {
-    if (g_ops_ready)
+void netio_analyze_init_ops(void) {
+    if (netio_analyze_ops_ready)
         return;
-    memset(g_ops, 0, sizeof g_ops);
+    memset(netio_analyze_ops, 0, sizeof netio_analyze_ops);
     set_rc_uc(0x00, 0, 1, -1, -1);   /* SEND FIRST */
     set_rc_uc(0x01, 0, 1, -1, -1);   /* SEND MIDDLE */
     set_rc_uc(0x02, 0, 1, -1, -1);   /* SEND LAST */
@@ -66,19 +54,19 @@ static void init_ops(void) {
     static const int uc_invalid[] = {0x2C, 0x2D, 0x2E, 0x2F, 0x30, 0x31, 0x32, 0x33, 0x34,
                                      0x36, 0x37, 0x3C, 0x3D};
     for (size_t i = 0; i < sizeof uc_invalid / sizeof uc_invalid[0]; i++)
-        memset(&g_ops[uc_invalid[i]], 0, sizeof(op_layout));
+        memset(&netio_analyze_ops[uc_invalid[i]], 0, sizeof(op_layout));
     op_layout ud = {1, 8, 1, -1, -1, 1};
-    g_ops[0x64] = ud;                /* UD SEND ONLY (DETH) */
+    netio_analyze_ops[0x64] = ud;                /* UD SEND ONLY (DETH) */
     ud.ext_bytes = 12;
-    g_ops[0x65] = ud;                /* UD SEND ONLY with IMM (DETH, ImmDt) */
+    netio_analyze_ops[0x65] = ud;                /* UD SEND ONLY with IMM (DETH, ImmDt) */
     op_layout cnp = {1, 16, 0, -1, -1, 0};
-    g_ops[0x81] = cnp;               /* RoCEv2 CNP (16 reserved bytes) */
-    g_ops_ready = 1;
+    netio_analyze_ops[0x81] = cnp;               /* RoCEv2 CNP (16 reserved bytes) */
+    netio_analyze_ops_ready = 1;
 }
 
 void netio_analyze_opcode_layout(uint8_t opcode, int32_t *out) {
-    init_ops();
-    const op_layout *l = &g_ops[opcode];
+    netio_analyze_init_ops();
+    const op_layout *l = &netio_analyze_ops[opcode];
     out[0] = l->valid;
     out[1] = l->ext_bytes;
     out[2] = l->has_payload;
@@ -87,183 +75,9 @@ void netio_analyze_opcode_layout(uint8_t opcode, int32_t *out) {
     out[5] = l->ud;
 }
 
-static inline uint32_t be16(const uint8_t *p) { return ((uint32_t)p[0] << 8) | p[1]; }
-static inline uint32_t be24(const uint8_t *p) {
-    return ((uint32_t)p[0] << 16) | ((uint32_t)p[1] << 8) | p[2];
-}
-static inline uint32_t be32(const uint8_t *p) {
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-static inline uint64_t mac48(const uint8_t *p) {
-    return ((uint64_t)be16(p) << 32) | be32(p + 2);
-}
-
-typedef netio_analyze_row row;
-
-/* Returns the row kind; fills r. Mirrors extract_one / decode_frame. */
-static inline int classify(const uint8_t *f, size_t cap, int linktype, int verify, row *r) {
-    size_t off;
-    uint32_t etype;
-    if (linktype == 1) {                  /* Ethernet */
-        if (cap < 14) return K_MALFORMED;
-        r->dst_mac = mac48(f);
-        r->src_mac = mac48(f + 6);
-        etype = be16(f + 12);
-        off = 14;
-    } else if (linktype == 113) {         /* Linux SLL */
-        if (cap < 16) return K_MALFORMED;
-        etype = be16(f + 14);
-        off = 16;
-    } else if (linktype == 276) {         /* Linux SLL2 */
-        if (cap < 20) return K_MALFORMED;
-        etype = be16(f);
-        off = 20;
-    } else if (linktype == 101) {         /* raw IP */
-        if (cap < 1) return K_MALFORMED;
-        int v = f[0] >> 4;
-        if (v == 4) etype = 0x0800;
-        else if (v == 6) etype = 0x86DD;
-        else return K_MALFORMED;
-        off = 0;
-    } else if (linktype == 228) {
-        etype = 0x0800; off = 0;
-    } else if (linktype == 229) {
-        etype = 0x86DD; off = 0;
-    } else {
-        return K_MALFORMED;
-    }
-    int ntags = 0;
-    while (etype == 0x8100 || etype == 0x88A8 || etype == 0x9100) {
-        if (ntags == 4) return K_MALFORMED;
-        if (cap - off < 4) return K_MALFORMED;
-        uint32_t tci = be16(f + off);
-        if (ntags == 0) {
-            r->flags |= F_VLAN;
-            r->pcp = (uint8_t)(tci >> 13);
-            r->vlan = (uint16_t)(tci & 0xFFF);
-        }
-        etype = be16(f + off + 2);
-        off += 4;
-        ntags++;
-    }
-    size_t l3_end, l4, l3_off = off;
-    int proto;
-    if (etype == 0x0800) {
-        size_t avail = cap - off;
-        if (avail < 20) return K_MALFORMED;
-        const uint8_t *ip = f + off;
-        if (ip[0] >> 4 != 4) return K_MALFORMED;
-        size_t hlen = (size_t)(ip[0] & 0xF) * 4;
-        if (hlen < 20) return K_MALFORMED;
-        if (avail < hlen) return K_MALFORMED;
-        size_t total = be16(ip + 2);
-        if (total < hlen) return K_MALFORMED;
-        uint32_t ff = be16(ip + 6);
-        int frag = (ff & 0x2000) || (ff & 0x1FFF);
-        proto = frag ? -1 : ip[9];
-        r->ecn = ip[1] & 3;
-        r->src_ip = be32(ip + 12);
-        r->dst_ip = be32(ip + 16);
-        l3_end = off + total;
-        l4 = off + hlen;
-    } else if (etype == 0x86DD) {
-        if (cap - off < 40) return K_MALFORMED;
-        const uint8_t *ip = f + off;
-        uint32_t word = be32(ip);
-        if (word >> 28 != 6) return K_MALFORMED;
-        r->ecn = (word >> 20) & 3;
-        memcpy(r->src_ip6, ip + 8, 16);
-        memcpy(r->dst_ip6, ip + 24, 16);
-        r->flags |= F_IPV6;
-        proto = ip[6];
-        l3_end = off + 40 + be16(ip + 4);
-        l4 = off + 40;
-    } else if (etype == 0x8808) {         /* MAC Control */
-        if (cap - off < 2) return K_MALFORMED;
-        uint32_t opc = be16(f + off);
-        if (opc == 0x0101) {
-            if (cap - off < 20) return K_MALFORMED;
-            r->pfc_cev = f[off + 3];
-            for (int p = 0; p < 8; p++) r->quanta[p] = (uint16_t)be16(f + off + 4 + 2 * p);
-            return K_PFC;
-        }
-        if (opc == 0x0001) {
-            if (cap - off < 4) return K_MALFORMED;
-            r->quanta[0] = (uint16_t)be16(f + off + 2);
-            return K_PAUSE;
-        }
-        return K_OTHER;
-    } else {
-        return K_OTHER;
-    }
-    /* _decode_l4 */
-    int truncated = l3_end > cap;
-    size_t captured = truncated ? cap : l3_end;
-    if (proto != 17) return K_OTHER;
-    if (truncated && captured - l4 < 8) return K_OTHER;
-    if (l3_end - l4 < 8) return K_MALFORMED;
-    if (cap - l4 < 8) return K_MALFORMED;
-    size_t udp_len = be16(f + l4 + 4);
-    if (udp_len < 8) return K_MALFORMED;
-    size_t udp_end = l4 + udp_len;
-    if (udp_end > l3_end) return K_MALFORMED;
-    if (be16(f + l4 + 2) != 4791) return K_OTHER;
-    /* _decode_roce */
-    size_t start = l4 + 8, end = udp_end;
-    int trunc2 = captured < end;
-    if (end - start < 16) return K_MALFORMED;
-    if (captured < start + 12) return K_MALFORMED;       /* headers cut short */
-    const uint8_t *b = f + start;
-    const op_layout *lay = &g_ops[b[0]];
-    if (!lay->valid) return K_MALFORMED;
-    size_t pad = (b[1] >> 4) & 3;
-    size_t hdr_end = start + 12 + (size_t)lay->ext_bytes;
-    if (hdr_end > end - 4) return K_MALFORMED;
-    if (end - 4 - pad < hdr_end) return K_MALFORMED;
-    size_t payload_end = end - 4 - pad;
-    if (!lay->has_payload && payload_end != hdr_end) return K_MALFORMED;
-    if (hdr_end > captured) return K_MALFORMED;          /* headers cut short */
-    uint32_t syndrome = 0, msn = 0;
-    if (lay->aeth_off >= 0) {
-        uint32_t w = be32(b + 12 + lay->aeth_off);
-        if (w & 0x80000000u) return K_MALFORMED;         /* AETH reserved bit */
-        syndrome = w >> 24;
-        msn = w & 0xFFFFFF;
-    }
-    uint32_t dest_qp = be24(b + 5);
-    if (lay->ud && dest_qp == 1 && payload_end - hdr_end < 24) return K_MALFORMED;
-    r->opcode = b[0];
-    r->dest_qp = dest_qp;
-    r->psn = be24(b + 9);
-    if (b[4] & 0x80) r->flags |= F_FECN;
-    if (b[4] & 0x40) r->flags |= F_BECN;
-    if (b[8] & 0x80) r->flags |= F_ACK_REQ;
-    if (lay->aeth_off >= 0) {
-        r->syndrome = (uint8_t)syndrome;
-        r->msn = msn;
-    }
-    if (lay->reth_off >= 0) r->reth_len = be32(b + 12 + lay->reth_off + 12);
-    r->payload_bytes = (uint32_t)(udp_len - 8 - 12 - (size_t)lay->ext_bytes - pad - 4);
-    if (verify && !trunc2) {
-        /* ICRC over the IP packet up to the end of the UDP datagram (Annex A17.8). */
-        int64_t c = netio_icrc(f + l3_off, udp_end - 4 - l3_off);
-        const uint8_t *s4 = f + udp_end - 4;
-        uint32_t stored = (uint32_t)s4[0] | ((uint32_t)s4[1] << 8) | ((uint32_t)s4[2] << 16) |
-                          ((uint32_t)s4[3] << 24);
-        r->flags |= F_ICRC_CHECKED;
-        if (c >= 0 && (uint32_t)c == stored) r->flags |= F_ICRC_OK;
-    }
-    return K_ROCE;
-}
-
 void netio_analyze_frame(const uint8_t *f, size_t cap, uint32_t orig_len, int linktype,
                          int verify_icrc, netio_analyze_row *r) {
-    if (!g_ops_ready) init_ops();
-    memset(r, 0, sizeof *r);
-    int kind = classify(f, cap, linktype, verify_icrc, r);
-    if (kind == K_MALFORMED) memset(r, 0, sizeof *r);
-    r->kind = (uint8_t)kind;
-    if (cap < orig_len) r->flags |= F_TRUNCATED;
+    analyze_frame(f, cap, orig_len, linktype, verify_icrc, r);
 }
 
 void netio_analyze_store(netio_analyze_columns *out, size_t i, const netio_analyze_row *r) {
@@ -316,14 +130,14 @@ size_t netio_analyze_extract(const uint8_t *buf, size_t buf_len, const int64_t *
                              const uint32_t *caplen, const uint32_t *orig_len,
                              const uint16_t *linktype, size_t n, int verify_icrc,
                              netio_analyze_columns *out) {
-    init_ops();
+    netio_analyze_init_ops();
     for (size_t i = 0; i < n; i++) {
-        row r;
+        netio_analyze_row r;
         size_t off = (size_t)frame_offset[i];
         size_t cap = caplen[i];
         if (off > buf_len || cap > buf_len - off) cap = off > buf_len ? 0 : buf_len - off;
         const uint8_t *f = buf + (off > buf_len ? buf_len : off);
-        netio_analyze_frame(f, cap, orig_len[i], linktype[i], verify_icrc, &r);
+        analyze_frame(f, cap, orig_len[i], linktype[i], verify_icrc, &r);
         netio_analyze_store(out, i, &r);
         out->frame_bytes[i] = orig_len[i];
     }

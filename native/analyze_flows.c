@@ -15,10 +15,11 @@
  * Memory is O(flows): every per-flow list (open PSN gaps, requests awaiting
  * an ACK or a READ response, latency samples) is bounded.
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "analyze_internal.h"
+#include "analyze_classify.h"
 
 #define PSN_MASK 0xFFFFFFll
 #define PSN_HALF 0x800000ll
@@ -279,6 +280,7 @@ typedef struct {
     samples_t lat[3];            /* ACK latency, READ latency, CNP reaction */
     int64_t unanswered_ts, last_cnp_ts;
     int64_t cur_bin, cur_bytes;  /* data bytes of the open interval */
+    int64_t bin_lo, bin_hi;      /* its time range */
     int64_t pair_fail_flows;     /* flow count when pairing last found no candidate */
     int32_t next_same_hosts;     /* next flow with the same (src, dst), -1 at the end */
     int32_t hosts;               /* host pair id */
@@ -302,7 +304,7 @@ struct netio_analyzer {
     hosts_t *hosts;
     size_t hosts_cap;
     series_t series[3]; /* goodput (fid, bin, bytes), CE (-1, bin, n), CNP (-1, bin, n) */
-    int64_t cur_bin[2], cur_n[2];
+    int64_t cur_bin[2], cur_n[2], bin_lo[2], bin_hi[2];
     int64_t summary[NETIO_ANALYZER_SUMMARY];
     int oom;
 };
@@ -322,9 +324,28 @@ static int series_push(series_t *s, int64_t key, int64_t bin, int64_t value) {
     return 0;
 }
 
-static inline int64_t bin_of(const netio_analyzer *a, int64_t ts) {
+/* Interval of ts, (ts - origin) // interval from 0; [*lo, *hi) is set to its time range. */
+static inline int64_t bin_of(const netio_analyzer *a, int64_t ts, int64_t *lo, int64_t *hi) {
     int64_t d = ts - a->cfg.origin_ns;
-    return d <= 0 ? 0 : d / a->cfg.interval_ns;
+    int64_t b = d <= 0 ? 0 : d / a->cfg.interval_ns;
+    *lo = b == 0 ? INT64_MIN : a->cfg.origin_ns + b * a->cfg.interval_ns;
+    *hi = a->cfg.origin_ns + (b + 1) * a->cfg.interval_ns;
+    return b;
+}
+
+/* One more mark in series which (0: CE, 1: CNP) in the interval of ts. */
+static inline void count_mark(netio_analyzer *a, int which, int64_t ts) {
+    if (ts < a->bin_lo[which] || ts >= a->bin_hi[which]) {
+        int64_t b = bin_of(a, ts, &a->bin_lo[which], &a->bin_hi[which]);
+        if (b != a->cur_bin[which]) {
+            if (a->cur_n[which] &&
+                series_push(&a->series[which + 1], -1, a->cur_bin[which], a->cur_n[which]) < 0)
+                a->oom = 1;
+            a->cur_bin[which] = b;
+            a->cur_n[which] = 0;
+        }
+    }
+    a->cur_n[which]++;
 }
 
 netio_analyzer *netio_analyzer_new(const netio_analyzer_config *cfg) {
@@ -337,6 +358,7 @@ netio_analyzer *netio_analyzer_new(const netio_analyzer_config *cfg) {
         return NULL;
     }
     a->cur_bin[0] = a->cur_bin[1] = -1;
+    a->bin_lo[0] = a->bin_lo[1] = a->bin_hi[0] = a->bin_hi[1] = 0;
     a->summary[NETIO_AS_FIRST_TS] = 0;
     a->summary[NETIO_AS_LAST_TS] = 0;
     return a;
@@ -381,6 +403,7 @@ static int64_t flow_of(netio_analyzer *a, const netio_analyze_row *r) {
     memset(f, 0, sizeof *f);
     f->c[NETIO_FC_PAIR] = -1;
     f->cur_bin = -1;
+    f->bin_lo = f->bin_hi = 0;
     f->pair_fail_flows = -1;
     f->next_same_hosts = -1;
     fkey hk = k;
@@ -674,14 +697,7 @@ static void flow_packet(netio_analyzer *a, const netio_analyze_row *r, int64_t t
             f->unanswered = 1;
             f->unanswered_ts = ts;
         }
-        int64_t b = bin_of(a, ts);
-        if (b != a->cur_bin[0]) {
-            if (a->cur_n[0] && series_push(&a->series[1], -1, a->cur_bin[0], a->cur_n[0]) < 0)
-                a->oom = 1;
-            a->cur_bin[0] = b;
-            a->cur_n[0] = 0;
-        }
-        a->cur_n[0]++;
+        count_mark(a, 0, ts);
     }
     if (of & NETIO_OPF_CNP) {
         c[NETIO_FC_CNPS]++;
@@ -698,23 +714,18 @@ static void flow_packet(netio_analyzer *a, const netio_analyze_row *r, int64_t t
                 df->unanswered = 0;
             }
         }
-        int64_t b = bin_of(a, ts);
-        if (b != a->cur_bin[1]) {
-            if (a->cur_n[1] && series_push(&a->series[2], -1, a->cur_bin[1], a->cur_n[1]) < 0)
-                a->oom = 1;
-            a->cur_bin[1] = b;
-            a->cur_n[1] = 0;
-        }
-        a->cur_n[1]++;
+        count_mark(a, 1, ts);
     }
     if (data > 0) {
         c[NETIO_FC_DATA_PAYLOAD] += data;
-        int64_t b = bin_of(a, ts);
-        if (b != f->cur_bin) {
-            if (f->cur_bytes && series_push(&a->series[0], fid, f->cur_bin, f->cur_bytes) < 0)
-                a->oom = 1;
-            f->cur_bin = b;
-            f->cur_bytes = 0;
+        if (ts < f->bin_lo || ts >= f->bin_hi) {
+            int64_t b = bin_of(a, ts, &f->bin_lo, &f->bin_hi);
+            if (b != f->cur_bin) {
+                if (f->cur_bytes && series_push(&a->series[0], fid, f->cur_bin, f->cur_bytes) < 0)
+                    a->oom = 1;
+                f->cur_bin = b;
+                f->cur_bytes = 0;
+            }
         }
         f->cur_bytes += data;
     }
@@ -761,7 +772,7 @@ int netio_analyzer_feed(netio_analyzer *a, const uint8_t *buf, size_t buf_len,
         if (off > buf_len || cap > buf_len - off) cap = off > buf_len ? 0 : buf_len - off;
         const uint8_t *f = buf + (off > buf_len ? buf_len : off);
         netio_analyze_row r;
-        netio_analyze_frame(f, cap, orig_len[i], linktype[i], cfg->verify_icrc, &r);
+        analyze_frame(f, cap, orig_len[i], linktype[i], cfg->verify_icrc, &r);
         if (r.kind == K_ROCE && !keep_roce(cfg, &r)) continue;
         if (sum[NETIO_AS_ROWS]++ == 0) sum[NETIO_AS_FIRST_TS] = ts;
         sum[NETIO_AS_LAST_TS] = ts;

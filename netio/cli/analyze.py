@@ -178,6 +178,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         causality_ns=args.causality_window, interval_ns=max(1, args.interval),
         incast_senders=args.incast_senders, priorities=args.priority, flow=args.flow,
         start_ns=args.start, end_ns=args.end, verify_icrc=not args.no_icrc)
+    # The analysis uses no BLAS: keep numpy's OpenBLAS from starting (spinning)
+    # worker threads, so netio-analyze runs on one core. numpy is first imported here.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from netio.analyze.engine import analyze
     from netio.analyze.report import to_json, to_text, write_plots
 
