@@ -1,19 +1,20 @@
 """Run every analysis over one or more captures, batch by batch, into one result.
 
-Native path: each capture is mapped and scanned natively (``netio.pcap.scan``)
-in small batches; one C pass per batch (``native/analyze_flows.c``) classifies
+Native path: each capture is read through a reused window and scanned natively
+(``netio.analyze.window``) in batches; one C pass per batch
+(``native/analyze_flows.c``) classifies
 the frames, applies the filters and runs every per-packet RoCE analysis, and
 hands the PFC/PAUSE frames back as columns for the pause analysis. Reference
-path (``use_native=False``): ``decode_frame`` per frame into columns
-(``netio.analyze.extract``), numpy filters, ``FlowReference``. Both carry only
-per-flow and per-queue state between batches, and release the analysed pages
-of the mapping, so memory is O(flows + pause intervals), not O(packets). The
-result is the JSON document described in ``netio.analyze.schema``.
+path (``use_native=False``): the mapped capture (``netio.pcap.scan``),
+``decode_frame`` per frame into columns (``netio.analyze.extract``), numpy
+filters, ``FlowReference``. Both carry only per-flow and per-queue state
+between batches (the reference releases the analysed pages of its mapping),
+so memory is O(flows + pause intervals), not O(packets). The result is the
+JSON document described in ``netio.analyze.schema``.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 import warnings
 from collections.abc import Callable, Hashable, Sequence
@@ -42,6 +43,7 @@ from netio.analyze.schema import SCHEMA_VERSION
 from netio.analyze.spreading import ASSUMPTIONS, FlowSeen, PauseEvent, build_chains
 from netio.analyze.storms import detect_storms
 from netio.analyze.units import format_ip_int, format_mac_int
+from netio.analyze.window import WindowScanner
 from netio.errors import CaptureError, CaptureWarning
 from netio.pcap.scan import CaptureScanner, ScanColumns
 from netio.wire.bth import OPCODE_TABLE
@@ -200,13 +202,16 @@ def analyze(paths: Sequence[str], opts: AnalysisOptions, *, use_native: bool | N
 #: Records per native step: the scanned frames of one batch stay in the CPU
 #: caches between the scan and the analysis pass.
 NATIVE_BATCH = 1 << 13
-#: Capture bytes between progress reports and releases of analysed pages.
-_RELEASE_BYTES = 32 << 20
+#: Capture bytes between progress reports.
+_PROGRESS_BYTES = 32 << 20
 
 
 def _native_pass(path: str, opts: AnalysisOptions, origin: int, pa: PauseAnalyzer, batch: int,
                  step: Callable[[int], None]) -> _CaptureRun:
-    """One C pass per batch: classify, filter, analyse flows; PFC/PAUSE rows come back."""
+    """One C pass per batch: classify, filter, analyse flows; PFC/PAUSE rows come back.
+
+    The capture is read through ``WindowScanner`` (a reused read() window), so
+    resident memory does not grow with the capture."""
     ffi, lib = native.ffi, native.lib
     run = _CaptureRun()
     fl = opts.flow
@@ -232,40 +237,31 @@ def _native_pass(path: str, opts: AnalysisOptions, origin: int, pa: PauseAnalyze
             pa.feed(ctl.take(slice(0, ctl_n[0])))
             ctl_n[0] = 0
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", CaptureWarning)  # kept in scanner.warnings
-        try:
-            scanner = CaptureScanner(path, native_scan=True)
-        except CaptureError as exc:
-            run.error = str(exc)
-            return run
-        buf = scanner.buffer
-        cbuf = ffi.from_buffer("uint8_t[]", buf)
-        released = reported = 0
-        try:
-            while not scanner.done:
-                n = scanner.fill(scan)
-                if n == 0:
-                    continue
-                run.records += n
-                rc = lib.netio_analyzer_feed(flows.handle, cbuf, len(buf), *sp, n, cctl,
-                                             ctl_cap, ctl_n)
-                if rc < 0:
-                    raise MemoryError("capture analysis ran out of memory")
-                if ctl_n[0] > ctl_cap - batch:
-                    flush()
-                done = scanner.state.offset
-                if done - reported >= _RELEASE_BYTES:
-                    released = _release(buf, released, done)
-                    reported = done
-                    step(done)
-            flush()
-        except CaptureError as exc:
-            run.error = str(exc)
-        finally:
-            ffi.release(cbuf)
-            run.scan_warnings = tuple(str(w) for w in scanner.warnings)
-            scanner.close()
+    try:
+        scanner = WindowScanner(path)
+    except CaptureError as exc:
+        run.error = str(exc)
+        return run
+    reported = 0
+    try:
+        while True:
+            n = scanner.next_batch(scan)
+            if n == 0:
+                break
+            run.records += n
+            rc = lib.netio_analyzer_feed(flows.handle, scanner.cbuffer, scanner.have, *sp, n,
+                                         cctl, ctl_cap, ctl_n)
+            if rc < 0:
+                raise MemoryError("capture analysis ran out of memory")
+            if ctl_n[0] > ctl_cap - batch:
+                flush()
+            if scanner.offset - reported >= _PROGRESS_BYTES:
+                reported = scanner.offset
+                step(reported)
+        flush()
+    finally:
+        run.scan_warnings = tuple(str(w) for w in scanner.warnings)
+        scanner.close()
     step(_size(path))
     summary = flows.summary()
     run.kinds = summary[:5].copy()
@@ -275,19 +271,6 @@ def _native_pass(path: str, opts: AnalysisOptions, origin: int, pa: PauseAnalyze
     run.queues = pa.finish()
     run.flows = flows.results()
     return run
-
-
-def _release(buffer: Any, start: int, upto: int) -> int:
-    """Drop pages [start, upto) of a mapped capture from this process's RSS; returns the end.
-
-    Nothing points into those pages any more; they stay in the page cache.
-    Keeps resident memory bounded by the batch, whatever the capture's size.
-    """
-    end = upto - upto % mmap.PAGESIZE
-    if isinstance(buffer, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED") and end > start:
-        buffer.madvise(mmap.MADV_DONTNEED, start, end - start)
-        return end
-    return start
 
 
 def _reference_pass(path: str, opts: AnalysisOptions, origin: int, pa: PauseAnalyzer,
