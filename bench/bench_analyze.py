@@ -1,116 +1,235 @@
-"""Benchmark netio-analyze on a generated mixed RoCE/PFC capture, against tshark.
+"""Benchmark netio-analyze on generated mixed RoCE/PFC captures, against tshark.
 
-    .venv/bin/python bench/bench_analyze.py [--packets 10000000] [--workdir DIR]
+    .venv/bin/python bench/bench_analyze.py [--packets 10000000] [--full-packets 1000000]
+                                            [--repeat 3] [--workdir DIR] [--keep]
 
-Generates (with the scenario generator, vectorised) a capture of about
-``--packets`` packets and one ten times smaller, then, each in a fresh
-subprocess: full analysis with JSON rendering (packets/s, peak RSS), and
-``tshark -r FILE -q -z io,stat,0`` on the same file in the same run. Prints
-the figures and the ratios; the claims are ratios measured here, not absolute
-numbers. Peak RSS is the child's VmHWM (ru_maxrss would include the parent's
-peak inherited across exec). The capture is read through mmap, so its pages
-are file-backed page cache, counted in RSS only while mapped chunks are hot.
+Generates with the scenario generator (``netio.analyze.presets.bench_dict``:
+24 QPs, bulk and small RDMA WRITEs, SENDs and READs at 4 KiB and 1 KiB MTU,
+ACKs, ECN/CNP, losses with go-back-N, RNR NAKs, PFC pauses and a PFC storm):
+
+- A: ``--packets`` packets with a 128-byte snap length (headers only, as
+  fabric captures usually are),
+- A/10: the same scenario ten times smaller (for the memory claim),
+- B: ``--full-packets`` packets captured whole (snap length 65535; every
+  ICRC is then verified too).
+
+Then, in the same run, each side ``--repeat`` times as a subprocess pinned to
+one CPU: ``netio-analyze --json FILE`` (end to end: interpreter start, imports,
+the whole analysis, JSON rendering and writing), and ``tshark -r FILE -q -z
+io,stat,0`` on the same file. Prints medians (and every run), packets/s, the
+ratio tshark/netio, each child's peak RSS (``ru_maxrss`` from ``wait4``), and
+checks that both count the same packets. The claims are the ratios measured
+here, not absolute numbers.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-CHILD = r"""
-import json, sys, time
-from netio.analyze.engine import analyze
-from netio.analyze.options import AnalysisOptions
-from netio.analyze.report import to_json
-def anon_kib():
-    return int(next(l.split()[1] for l in open("/proc/self/status") if l.startswith("RssAnon:")))
-peak_anon = [anon_kib()]
-def progress(done, total):
-    peak_anon[0] = max(peak_anon[0], anon_kib())
-t = time.perf_counter()
-doc = analyze([sys.argv[1]], AnalysisOptions(), progress=progress)
-text = to_json(doc)
-wall = time.perf_counter() - t
-print(json.dumps({"wall_s": wall, "packets": doc["captures"][0]["packets"],
-                  "json_bytes": len(text), "flows": len(doc["flows"]),
-                  "storms": len(doc["storms"]), "peak_anon_kib": max(peak_anon[0], anon_kib()),
-                  "peak_rss_kib": int(next(l.split()[1] for l in open("/proc/self/status")
-                                           if l.startswith("VmHWM:")))}))
-"""
+ROOT = Path(__file__).resolve().parents[1]
 
-BASELINE = r"""
-import json
-import numpy, netio.analyze.engine, netio.analyze.report
-print(json.dumps({"peak_rss_kib": int(next(l.split()[1] for l in open("/proc/self/status")
-                                          if l.startswith("VmHWM:")))}))
+#: Runs one command per input line (JSON: argv, cpu, stdout path, env) and
+#: answers with its wall time, CPU time, peak RSS and (captured) stdout.
+LAUNCHER = r"""
+import json, os, subprocess, sys, time
+for line in sys.stdin:
+    job = json.loads(line)
+    cpu = job["cpu"]
+    out = open(job["stdout"], "wb") if job["stdout"] else subprocess.PIPE
+    env = dict(os.environ, **job["env"])
+    t = time.perf_counter()
+    proc = subprocess.Popen(job["argv"], stdout=out, stderr=subprocess.DEVNULL, env=env,
+                            preexec_fn=(lambda: os.sched_setaffinity(0, {cpu}))
+                            if cpu is not None else None)
+    text = proc.stdout.read() if out is subprocess.PIPE else b""
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t
+    if out is not subprocess.PIPE:
+        out.close()
+    print(json.dumps({"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
+                      "max_rss_kib": usage.ru_maxrss, "exit": os.waitstatus_to_exitcode(status),
+                      "stdout": text.decode(errors="replace")}), flush=True)
 """
 
 
-def _generate(n: int, out: Path) -> tuple[Path, float]:
+@dataclass(frozen=True)
+class Capture:
+    label: str
+    path: Path
+    packets: int
+    snaplen: int
+    generate_s: float
+
+
+@dataclass(frozen=True)
+class Run:
+    wall_s: float
+    cpu_s: float
+    max_rss_kib: int
+    stdout: str
+
+
+def _generate(n: int, snaplen: int, out: Path, label: str) -> Capture:
     from netio.analyze.presets import bench_dict
     from netio.analyze.scenario import generate, scenario_from_dict
 
     t = time.perf_counter()
-    g = generate(scenario_from_dict(bench_dict(n)), out, truth=False)
-    return g.captures[0], time.perf_counter() - t
+    g = generate(scenario_from_dict(bench_dict(n, snaplen=snaplen)), out, truth=False)
+    return Capture(label, g.captures[0], g.packets, snaplen, time.perf_counter() - t)
 
 
-def _child(code: str, *args: str) -> dict[str, float]:
-    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                         check=True).stdout
-    result: dict[str, float] = json.loads(out.splitlines()[-1])
-    return result
+def _frame_sizes(path: Path) -> str:
+    """Wire and captured frame sizes of a capture (from the native scan)."""
+    import numpy as np
+
+    from netio.pcap.scan import CaptureScanner, ScanColumns
+
+    with CaptureScanner(str(path)) as sc:
+        cols = ScanColumns.concatenate(list(sc.chunks()))
+    orig = cols.orig_len.astype(np.int64)
+    cap = cols.caplen.astype(np.int64)
+    big = float(np.mean(orig >= 1024)) * 100
+    return (f"frames on the wire min {orig.min()} / median {int(np.median(orig))} / mean "
+            f"{orig.mean():.0f} / max {orig.max()} B ({big:.0f}% of them >= 1 KiB), "
+            f"{cap.mean():.0f} B captured per frame on average")
+
+
+class Launcher:
+    """The small process that starts the measured commands (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", LAUNCHER], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+
+    def run(self, argv: Sequence[str], cpu: int | None, stdout_path: Path | None = None,
+            env: dict[str, str] | None = None) -> Run:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        job = {"argv": list(argv), "cpu": cpu, "stdout": str(stdout_path or ""),
+               "env": env or {}}
+        self.proc.stdin.write(json.dumps(job) + "\n")
+        self.proc.stdin.flush()
+        got = json.loads(self.proc.stdout.readline())
+        if got["exit"] not in (0, 1):  # netio-analyze exits 1 when it finds a storm
+            raise RuntimeError(f"{argv[0]} exited {got['exit']}")
+        return Run(got["wall_s"], got["cpu_s"], got["max_rss_kib"], got["stdout"])
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait()
+
+
+def _netio_argv() -> list[str]:
+    exe = shutil.which("netio-analyze", path=str(Path(sys.executable).parent))
+    return [exe] if exe else [sys.executable, "-m", "netio.cli.analyze"]
+
+
+def _median(runs: Sequence[Run]) -> float:
+    return statistics.median(r.wall_s for r in runs)
+
+
+def _fmt_runs(runs: Sequence[Run]) -> str:
+    return "[" + " ".join(f"{r.wall_s:.2f}" for r in runs) + "]"
+
+
+def _tshark_frames(text: str) -> int | None:
+    m = re.search(r"\|\s*[0-9.]+\s*<>\s*[0-9.]+\s*\|\s*(\d+)\s*\|", text)
+    return int(m.group(1)) if m else None
+
+
+def _measure(launcher: Launcher, cap: Capture, repeat: int, cpu: int | None, work: Path,
+             tshark: str | None) -> tuple[list[Run], list[Run]]:
+    out = work / f"{cap.label.replace('/', '_')}.json"
+    netio = [launcher.run([*_netio_argv(), "--json", str(cap.path)], cpu, out)
+             for _ in range(repeat)]
+    doc = json.loads(out.read_text())
+    packets = doc["captures"][0]["packets"]
+    if packets != cap.packets:
+        raise RuntimeError(f"netio-analyze counted {packets} packets, generated {cap.packets}")
+    theirs: list[Run] = []
+    if tshark:
+        theirs = [launcher.run([tshark, "-r", str(cap.path), "-q", "-z", "io,stat,0"], cpu)
+                  for _ in range(repeat)]
+        frames = _tshark_frames(theirs[0].stdout)
+        if frames != packets:
+            raise RuntimeError(f"tshark counted {frames} frames, netio-analyze {packets}")
+    return netio, theirs
+
+
+def _report(cap: Capture, netio: list[Run], theirs: list[Run]) -> None:
+    n = _median(netio)
+    rate = cap.packets / n
+    print(f"  {cap.label}: netio-analyze --json {n:.2f} s {_fmt_runs(netio)} = "
+          f"{rate / 1e6:.2f} M packets/s (CPU {statistics.median(r.cpu_s for r in netio):.2f} s,"
+          f" peak RSS {max(r.max_rss_kib for r in netio) / 1024:.0f} MiB)")
+    if theirs:
+        t = _median(theirs)
+        print(f"  {cap.label}: tshark -q -z io,stat,0 {t:.2f} s {_fmt_runs(theirs)} = "
+              f"{cap.packets / t / 1e6:.2f} M packets/s; netio-analyze is {t / n:.1f}x faster "
+              "(same packet count)")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--packets", type=int, default=10_000_000)
+    ap.add_argument("--packets", type=int, default=10_000_000,
+                    help="packets of capture A (128-byte snap length)")
+    ap.add_argument("--full-packets", type=int, default=1_000_000,
+                    help="packets of capture B (whole frames); 0 skips it")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each side (median shown)")
+    ap.add_argument("--cpu", type=int, help="CPU to pin the runs to (default: the last allowed)")
+    ap.add_argument("--no-pin", action="store_true", help="do not pin the runs to one CPU")
     ap.add_argument("--workdir", help="where to write the captures (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the generated captures")
     args = ap.parse_args()
+    launcher = Launcher()  # first, while this process is small
+    cpu = None if args.no_pin else (args.cpu if args.cpu is not None
+                                    else max(os.sched_getaffinity(0)))
     work = Path(args.workdir or tempfile.mkdtemp(prefix="netio-bench-"))
+    tshark = shutil.which("tshark")
     try:
-        big, gen_big_s = _generate(args.packets, work / "big")
-        small, gen_small_s = _generate(max(1000, args.packets // 10), work / "small")
-        print(f"generated {big} ({big.stat().st_size / 1e6:.0f} MB) in {gen_big_s:.1f} s, "
-              f"{small} in {gen_small_s:.1f} s")
-        base = _child(BASELINE)
-        r_small = _child(CHILD, str(small))
-        r_big = _child(CHILD, str(big))
-        rate = r_big["packets"] / r_big["wall_s"]
-        print(f"netio-analyze --json: {int(r_big['packets'])} packets in {r_big['wall_s']:.2f} s "
-              f"= {rate / 1e6:.2f} M packets/s (one core)")
-        tshark = shutil.which("tshark")
-        if tshark:
-            t = time.perf_counter()
-            subprocess.run([tshark, "-r", str(big), "-q", "-z", "io,stat,0"],
-                           capture_output=True, check=True)
-            ts = time.perf_counter() - t
-            print(f"tshark -q -z io,stat,0: {ts:.2f} s = {r_big['packets'] / ts / 1e6:.2f} M "
-                  f"packets/s; netio-analyze is {ts / r_big['wall_s']:.1f}x faster")
-        else:
-            print("tshark not found: ratio not measured")
-        extra_small = r_small["peak_rss_kib"] - base["peak_rss_kib"]
-        extra_big = r_big["peak_rss_kib"] - base["peak_rss_kib"]
-        print(f"peak anonymous RSS (sampled per chunk): {int(r_small['packets'])} packets "
-              f"{r_small['peak_anon_kib'] / 1024:.0f} MiB; {int(r_big['packets'])} packets "
-              f"{r_big['peak_anon_kib'] / 1024:.0f} MiB "
-              f"(x{r_big['peak_anon_kib'] / r_small['peak_anon_kib']:.2f} for "
-              f"x{r_big['packets'] / r_small['packets']:.1f} packets)")
-        print(f"peak RSS (VmHWM): imports alone {base['peak_rss_kib'] / 1024:.0f} MiB; "
-              f"{int(r_small['packets'])} packets {r_small['peak_rss_kib'] / 1024:.0f} MiB; "
-              f"{int(r_big['packets'])} packets {r_big['peak_rss_kib'] / 1024:.0f} MiB "
-              f"(above imports: {extra_small / 1024:.0f} -> {extra_big / 1024:.0f} MiB, "
-              f"x{extra_big / max(1, extra_small):.2f} for x"
-              f"{r_big['packets'] / r_small['packets']:.1f} packets)")
+        caps = [_generate(args.packets, 128, work / "a", "A"),
+                _generate(max(1000, args.packets // 10), 128, work / "a10", "A/10")]
+        if args.full_packets:
+            caps.append(_generate(args.full_packets, 65535, work / "b", "B"))
+        for c in caps:
+            print(f"capture {c.label}: {c.packets} packets, {c.path.stat().st_size / 1e6:.0f} MB,"
+                  f" snaplen {c.snaplen} B; {_frame_sizes(c.path)} "
+                  f"(generated in {c.generate_s:.1f} s)")
+        where = f"pinned to CPU {cpu}" if cpu is not None else "not pinned"
+        print(f"runs: median of {args.repeat}, each a fresh process {where}; "
+              f"tshark {'found' if tshark else 'NOT FOUND: no ratio'}")
+        results = {}
+        for c in caps:
+            results[c.label] = _measure(launcher, c, args.repeat, cpu, work,
+                                        tshark if c.label != "A/10" else None)
+            _report(c, *results[c.label])
+        base = launcher.run([sys.executable, "-c",
+                             "import netio.analyze.engine, netio.analyze.report"], cpu,
+                            env={"OPENBLAS_NUM_THREADS": "1"})  # as netio-analyze runs
+        small, big = caps[1], caps[0]
+        rss_small = max(r.max_rss_kib for r in results["A/10"][0])
+        rss_big = max(r.max_rss_kib for r in results["A"][0])
+        print(f"memory: peak RSS of netio-analyze: {small.packets} packets "
+              f"{rss_small / 1024:.0f} MiB, {big.packets} packets {rss_big / 1024:.0f} MiB "
+              f"(x{rss_big / rss_small:.2f} for x{big.packets / small.packets:.1f} packets; "
+              f"the imports alone take {base.max_rss_kib / 1024:.0f} MiB, so the analysis "
+              f"itself {(rss_small - base.max_rss_kib) / 1024:.0f} -> "
+              f"{(rss_big - base.max_rss_kib) / 1024:.0f} MiB)")
     finally:
+        launcher.close()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -7,7 +7,7 @@
 - ``small``: the same ingredients at a size the pure-Python reference path
   analyses in about a second (used by the tests).
 - ``bench(n_packets)``: a large mixed RoCE/PFC capture for benchmarks
-  (header-only snap length, as fabric captures usually are).
+  (header-only snap length by default, as fabric captures usually are).
 """
 
 from __future__ import annotations
@@ -97,28 +97,59 @@ def small_dict() -> dict[str, Any]:
     return demo_dict(scale=0.1)
 
 
-def bench_dict(n_packets: int) -> dict[str, Any]:
-    """About ``n_packets`` packets on one port: 8 write flows, ACKs, CE/CNP, PFC, a storm."""
-    dur = 1.0
-    n_flows = 8
-    # Per flow: packets of 1024 B + one ACK per 4-packet message: 1.25 packets per data packet.
-    data_per_flow = max(8, int(n_packets / n_flows / 1.25))
-    rate_gbps = data_per_flow * 1024 * 8 / dur / 1e9
+#: Flow mix of ``bench_dict``: (count, op, message bytes, path MTU, packets per message
+#: on the wire including its ACK or READ REQUEST).
+BENCH_MIX: tuple[tuple[int, str, int, int, int], ...] = (
+    (12, "write", 65536, 4096, 16 + 1),  # bulk RDMA WRITE, 4 KiB MTU
+    (4, "write", 4096, 1024, 4 + 1),     # small WRITEs, 1 KiB MTU
+    (4, "send", 8192, 1024, 8 + 1),      # SENDs
+    (4, "read", 32768, 4096, 1 + 8),     # RDMA READs (request + responses)
+)
+
+
+def bench_dict(n_packets: int, *, snaplen: int = 128) -> dict[str, Any]:
+    """About ``n_packets`` packets on one 100G port, a mixed RoCE/PFC fabric capture.
+
+    24 QPs between 24 sender hosts and 4 destination hosts (``BENCH_MIX``):
+    bulk and small RDMA WRITEs, SENDs and READs at 1 KiB and 4 KiB MTU, one
+    ACK per message, ECN marking with CNPs, a few losses with NAK and go-back-N
+    and RNR NAKs in long runs; PFC pauses of the destination port on the flows'
+    priority and a 250 ms PFC storm on another. ``snaplen`` 128 keeps the
+    headers only, as fabric captures usually do; 65535 keeps whole frames (and
+    lets the ICRCs be checked). The flows share the link at most 80 Gb/s.
+    """
     flows = []
-    for i in range(n_flows):
-        flows.append({
-            "name": f"f{i}", "src_ip": _ip(10 + i), "dst_ip": _ip(100 + i % 2),
-            "src_qp": 0x100 + i, "dst_qp": 0x200 + i, "op": "write", "message_bytes": 4096,
-            "pmtu": 1024, "rate": f"{rate_gbps:.6f}G", "messages": data_per_flow // 4,
+    total_bytes = 0
+    per_kind = len(BENCH_MIX)
+    n_flows = sum(m[0] for m in BENCH_MIX)
+    plan = []
+    for count, op, size, pmtu, per_msg in BENCH_MIX:
+        for _ in range(count):
+            messages = max(1, round(n_packets / n_flows / per_msg))
+            plan.append((op, size, pmtu, per_msg, messages))
+            total_bytes += messages * (size + per_msg * 70)
+    dur = max(1.0, total_bytes * 8 / 80e9)
+    for i, (op, size, pmtu, per_msg, messages) in enumerate(plan):
+        rate = messages * size * 8 / dur
+        data_packets = messages * (per_msg - 1)
+        flow: dict[str, Any] = {
+            "name": f"f{i}", "src_ip": _ip(10 + i), "dst_ip": _ip(100 + i % per_kind),
+            "src_qp": 0x100 + i, "dst_qp": 0x200 + i, "op": op, "message_bytes": size,
+            "pmtu": pmtu, "rate": f"{rate / 1e9:.6f}G", "messages": messages,
             "start_psn": (1 << 24) - 1000 * (i + 1),
-            "ce": [{"from": 0.2, "to": 0.8, "every": 50}],
-            "drops": [1001, 50_001] if data_per_flow > 60_000 else [],
-            "hops": [{"port": "bench", "src_mac": _mac(10 + i), "dst_mac": _mac(0, 1)}]})
+            "ce": [{"from": 0.2 * dur, "to": 0.8 * dur, "every": 50}],
+            "hops": [{"port": "bench", "src_mac": _mac(10 + i), "dst_mac": _mac(0, 1)}]}
+        if op != "read" and data_packets > 60_000:
+            flow["drops"] = [1001 + i, data_packets // 2 + 7 * i]
+            if op == "send":
+                flow["rnr"] = [data_packets // 4 + 3]
+        flows.append(flow)
     pauses = [{"port": "bench", "src_mac": _mac(0, 1), "start": 0.1 + 0.05 * k,
                "duration": 0.002, "refresh": 100e-6} for k in range(8)]
     pauses.append({"port": "bench", "src_mac": _mac(0, 1), "start": 0.55, "duration": 0.25,
                    "refresh": 100e-6, "priorities": [5]})
-    return {"name": f"bench-{n_packets}", "ports": [{"name": "bench", "snaplen": 128}],
+    return {"name": f"bench-{n_packets}",
+            "ports": [{"name": "bench", "link_speed": "100G", "snaplen": snaplen}],
             "flows": flows, "pauses": pauses}
 
 
