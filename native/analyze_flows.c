@@ -242,8 +242,9 @@ typedef struct {
 static int samples_add(samples_t *s, int64_t value) {
     if (s->stride == 0) s->stride = 1;
     if (s->count++ % s->stride != 0) return 0;
-    if (s->len == s->cap) {
+    if (s->len == s->cap) { /* grows to NETIO_FLOW_MAX_SAMPLES + 1 at most */
         uint32_t nc = s->cap ? 2 * s->cap : 16;
+        if (nc > NETIO_FLOW_MAX_SAMPLES + 1) nc = NETIO_FLOW_MAX_SAMPLES + 1;
         int64_t *nv = realloc(s->v, nc * sizeof *nv);
         if (!nv) return -1;
         s->v = nv;

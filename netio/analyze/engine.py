@@ -223,7 +223,7 @@ def _native_pass(path: str, opts: AnalysisOptions, origin: int, pa: PauseAnalyze
         flow=None if fl is None else (fl.src_ip, fl.dst_ip, fl.dest_qp),
         verify_icrc=opts.verify_icrc)
     flows = NativeFlows(cfg)
-    ctl_cap = max(1 << 16, 2 * batch)
+    ctl_cap = max(1 << 14, 4 * batch)
     ctl = PacketColumns.empty(ctl_cap)
     cctl, _keep_ctl = c_columns(ctl)
     ctl_n = ffi.new("size_t *", 0)

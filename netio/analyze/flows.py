@@ -71,7 +71,7 @@ PSN_MOD = 1 << 24
 PSN_MASK = PSN_MOD - 1
 PSN_HALF = 1 << 23
 #: Latency samples kept per flow for percentiles.
-MAX_SAMPLES = 1 << 16
+MAX_SAMPLES = 1 << 14
 #: Open gaps remembered per flow.
 MAX_MISSING = 4096
 #: Requests awaiting an ACK (or a READ response) remembered per flow.

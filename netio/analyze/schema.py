@@ -35,7 +35,7 @@ Top level
         out_of_order_packets, retransmitted_packets} (the READ RESPONSE stream of the
         reverse direction) or null, naks {CODE_NAME: n}, rnr_naks,
         rnr_timer_s[], ack_latency_s, read_latency_s ({count (all samples), min, p50, p90,
-        p99, max} over up to 65536 kept samples, or null), icrc_failures,
+        p99, max} over up to 16384 kept samples, or null), icrc_failures,
         icrc_checked_packets,
         ecn {ect_packets, ce_packets, cnps (CNPs throttling this direction),
         cnp_reaction_s, cnp_rate_violations, fecn_packets, becn_packets},
