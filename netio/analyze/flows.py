@@ -117,28 +117,28 @@ def _opcode_tables() -> tuple[npt.NDArray[np.uint16], npt.NDArray[np.uint8], lis
     for op, info in enumerate(OPCODE_TABLE):
         if info is None:
             continue
-        f = OpFlag(0)
+        f = 0  # plain ints: IntFlag arithmetic would dominate the import time
         rc_uc = info.transport in (Transport.RC, Transport.UC)
         if rc_uc and not info.is_response:
-            f |= OpFlag.REQUEST
+            f |= OpFlag.REQUEST.value
         if info.is_response:
-            f |= OpFlag.RESPONSE
+            f |= OpFlag.RESPONSE.value
         if info.operation is Operation.ACKNOWLEDGE:
-            f |= OpFlag.ACKNOWLEDGE
+            f |= OpFlag.ACKNOWLEDGE.value
         if info.operation is Operation.RDMA_READ_REQUEST:
-            f |= OpFlag.READ_REQUEST
+            f |= OpFlag.READ_REQUEST.value
         if info.operation is Operation.RDMA_READ_RESPONSE:
-            f |= OpFlag.READ_RESPONSE
+            f |= OpFlag.READ_RESPONSE.value
             if info.position in (Position.FIRST, Position.ONLY):
-                f |= OpFlag.READ_RESPONSE_FIRST
+                f |= OpFlag.READ_RESPONSE_FIRST.value
             else:
-                f |= OpFlag.RESPONSE_MIDDLE_LAST
+                f |= OpFlag.RESPONSE_MIDDLE_LAST.value
         if info.ends_message:
-            f |= OpFlag.ENDS_MESSAGE
+            f |= OpFlag.ENDS_MESSAGE.value
         if ExtHeader.AETH in info.headers:
-            f |= OpFlag.AETH
+            f |= OpFlag.AETH.value
         if info.transport is Transport.CNP:
-            f |= OpFlag.CNP
+            f |= OpFlag.CNP.value
         flags[op] = f
         slot[op] = len(slot_op)
         slot_op.append(op)
