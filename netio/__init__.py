@@ -1,14 +1,30 @@
 """netio: RDMA/RoCEv2 network IO, capture analysis, telemetry and performance models."""
 
-from netio.errors import CaptureError, CaptureWarning, DecodeError, EncodeError, NetioError
+from netio.errors import (
+    CaptureError,
+    CaptureWarning,
+    ConfigError,
+    DecodeError,
+    DriverSocketError,
+    EncodeError,
+    ExchangeError,
+    NetioError,
+    RegistrationError,
+    RoceError,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CaptureError",
     "CaptureWarning",
+    "ConfigError",
     "DecodeError",
+    "DriverSocketError",
     "EncodeError",
+    "ExchangeError",
     "NetioError",
+    "RegistrationError",
+    "RoceError",
     "__version__",
 ]

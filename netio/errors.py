@@ -62,3 +62,62 @@ class CaptureError(NetioError):
 
 class CaptureWarning(UserWarning):
     """Reading stopped early or skipped damage; the records before it are usable."""
+
+
+class ConfigError(NetioError, ValueError):
+    """A configuration (the netio-daemon TOML file, its web config, an option
+    overriding them) is invalid.
+
+    ``key`` is the dotted key (``collectors.netdev.interval_s``, ``--listen``;
+    empty when the whole file is at fault), ``path`` the file when there is one.
+    """
+
+    def __init__(self, key: str, reason: str, *, path: str | None = None) -> None:
+        self.key = key
+        self.reason = reason
+        self.path = path
+        where = f"{path}: " if path else ""
+        super().__init__(f"{where}{key}: {reason}" if key else f"{where}{reason}")
+
+
+class ExchangeError(NetioError):
+    """The peer of an out-of-band exchange (the libibverbs pingpong examples',
+    perftest's) sent something we cannot use, or the exchange or the test it
+    sets up failed; ``step`` names where (``"pingpong connect"``, ``"perftest mtu"``)."""
+
+    def __init__(self, step: str, reason: str) -> None:
+        self.step = step
+        self.reason = reason
+        super().__init__(f"{step}: {reason}")
+
+
+class DriverSocketError(NetioError, OSError):
+    """A soft RoCE driver socket could not be created or bound; ``errno`` is the OS error."""
+
+    def __init__(self, what: str, err: OSError) -> None:
+        super().__init__(err.errno or 0, f"{what}: {err.strerror or err}")
+
+
+class RoceError(NetioError, ValueError):
+    """A local verbs call was invalid (bad QP state or transition, bad work request)."""
+
+
+class RegistrationError(NetioError, ValueError):
+    """A local memory registration or scatter/gather entry is invalid."""
+
+
+class DcbError(NetioError):
+    """A DCB netlink request failed or its reply is malformed; ``errno`` is the
+    kernel's error (``EOPNOTSUPP`` when the device has no DCB), or ``EBADMSG``."""
+
+    def __init__(self, errno_value: int, reason: str) -> None:
+        self.errno = errno_value
+        super().__init__(reason)
+
+
+class EthtoolUnsupported(NetioError):
+    """The interface offers no ethtool statistics (lo, bridges, tun)."""
+
+
+class SnmpError(NetioError):
+    """An SNMP agent answered a request with an error (or did not answer)."""

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from netio.cli import perftest as perftest_cli
 from netio.cli import pingpong as pingpong_cli
-from netio.interop import ExchangeError
+from netio.errors import ExchangeError
 from netio.interop.perftest import (
     KEY_MESSAGE_BYTES,
     AtomicType,

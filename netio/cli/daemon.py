@@ -17,7 +17,8 @@ import json
 import sys
 
 from netio.daemon import eventlog
-from netio.daemon.config import Config, ConfigError, load_config
+from netio.daemon.config import Config, load_config
+from netio.errors import ConfigError
 
 
 def _parser() -> argparse.ArgumentParser:

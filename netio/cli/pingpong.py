@@ -20,9 +20,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from netio.backends.soft import DriverSocketError, RxMode
+from netio.backends.soft import RxMode
 from netio.cli.soft_options import add_driver_options, faults_from_args
-from netio.interop import ExchangeError
+from netio.errors import DriverSocketError, ExchangeError
 from netio.interop.pingpong import (
     DEFAULT_PORT,
     PingpongAddress,

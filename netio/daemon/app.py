@@ -28,11 +28,12 @@ from typing import Any
 
 from netio.daemon import eventlog
 from netio.daemon.capture import CaptureManager
-from netio.daemon.config import Alarm, Config, ConfigError, load_config
+from netio.daemon.config import Alarm, Config, load_config
 from netio.daemon.exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, render
 from netio.daemon.http import HttpServer, Request, Response
 from netio.daemon.watchdog import PfcWatchdog, StormEventKind, StormKey, StormState, WatchdogConfig
 from netio.daemon.webconfig import BasicAuth, WebConfig, load_web_config
+from netio.errors import ConfigError
 from netio.telemetry import derived
 from netio.telemetry import metrics as m
 from netio.telemetry.profile import FabricProfile, empty_profile, to_json_dict

@@ -11,17 +11,8 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
-from netio.errors import NetioError
+from netio.errors import ConfigError
 from netio.telemetry.selection import Selection
-
-
-class ConfigError(NetioError, ValueError):
-    def __init__(self, key: str, reason: str, *, path: str | None = None) -> None:
-        self.key = key
-        self.reason = reason
-        self.path = path
-        where = f"{path}: " if path else ""
-        super().__init__(f"{where}{key}: {reason}" if key else f"{where}{reason}")
 
 
 @dataclass(frozen=True, slots=True)

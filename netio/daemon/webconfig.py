@@ -22,7 +22,7 @@ import ssl
 from dataclasses import dataclass, field
 from typing import Any
 
-from netio.daemon.config import ConfigError
+from netio.errors import ConfigError
 
 _TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1,
                  "TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from netio.backends.soft import DriverStats, RxMode, SoftRoceDriver
-from netio.interop import ExchangeError
+from netio.errors import ExchangeError
 from netio.roce import (
     Access,
     Completion,

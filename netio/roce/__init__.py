@@ -2,7 +2,8 @@
 
 Public API: ``RoceEngine`` (engine.py), QPs (qp.py), memory (memory.py), work requests and
 completions (verbs.py), and for tests and benchmarks the in-memory ``FaultyLink`` (link.py)
-and ``EnginePair`` (sim.py).
+and ``EnginePair`` (sim.py). Invalid local verbs calls raise
+:class:`netio.errors.RoceError`, invalid registrations :class:`netio.errors.RegistrationError`.
 """
 
 from netio.roce.engine import (
@@ -13,7 +14,7 @@ from netio.roce.engine import (
     SharedReceiveQueue,
 )
 from netio.roce.link import FaultyLink, LinkFaults
-from netio.roce.memory import Access, MemoryRegion, ProtectionDomain, RegistrationError, Sge
+from netio.roce.memory import Access, MemoryRegion, ProtectionDomain, Sge
 from netio.roce.qp import (
     LEGAL_TRANSITIONS,
     QpAttributes,
@@ -27,7 +28,6 @@ from netio.roce.sim import EnginePair
 from netio.roce.verbs import (
     Completion,
     RecvWr,
-    RoceError,
     SendWr,
     UdAddress,
     WcFlags,
@@ -53,9 +53,7 @@ __all__ = [
     "QpType",
     "QueuePair",
     "RecvWr",
-    "RegistrationError",
     "RoceEngine",
-    "RoceError",
     "SendWr",
     "Sge",
     "SharedReceiveQueue",

@@ -22,11 +22,11 @@ import itertools
 from collections import deque
 from dataclasses import dataclass
 
-from netio.errors import DecodeError, EncodeError
+from netio.errors import DecodeError, EncodeError, RoceError
 from netio.roce.completer import Completer
 from netio.roce.memory import ProtectionDomain
 from netio.roce.qp import RECEIVE_STATES, SEND_STATES, QpType, QueuePair, check_recv_wr
-from netio.roce.verbs import Completion, IpAddress, RecvWr, RoceError
+from netio.roce.verbs import Completion, IpAddress, RecvWr
 from netio.wire.bth import Bth, Transport
 from netio.wire.ext import Aeth, AtomicAckEth, AtomicEth, Deth, ImmDt, Reth
 from netio.wire.icrc import compute_icrc, verify_icrc

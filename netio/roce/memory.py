@@ -18,7 +18,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from netio.errors import NetioError
+from netio.errors import RegistrationError
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
@@ -26,10 +26,6 @@ if TYPE_CHECKING:
 _PAGE_BYTES = 4096
 _SYNTHETIC_BASE_ADDR = 0x0000_7E00_0000_0000
 _MAX_ADDR = (1 << 64) - 1
-
-
-class RegistrationError(NetioError, ValueError):
-    """A local memory registration or scatter/gather entry is invalid."""
 
 
 class Access(enum.IntFlag):

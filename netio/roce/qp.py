@@ -14,13 +14,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from netio.errors import RoceError
 from netio.roce.memory import Access, ProtectionDomain
 from netio.roce.psn import PSN_MASK
 from netio.roce.verbs import (
     Completion,
     IpAddress,
     RecvWr,
-    RoceError,
     SendWr,
     WcOpcode,
     WcStatus,

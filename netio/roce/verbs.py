@@ -11,17 +11,13 @@ import enum
 import ipaddress
 from dataclasses import dataclass
 
-from netio.errors import NetioError
+from netio.errors import RoceError
 from netio.roce.memory import Sge
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 MAX_MESSAGE_BYTES = 1 << 31  # IBTA §9.4: a message is at most 2**31 bytes
 ATOMIC_OPERAND_BYTES = 8
-
-
-class RoceError(NetioError, ValueError):
-    """A local verbs call was invalid (bad state, bad work request...)."""
 
 
 class WrOpcode(enum.IntEnum):

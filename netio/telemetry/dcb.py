@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
+from netio.errors import DcbError
 from netio.telemetry import metrics as m
 from netio.telemetry.sample import Collection, Fault, Sample
 from netio.telemetry.selection import ALL, Selection
@@ -40,12 +41,6 @@ _NLATTR = struct.Struct("=HH")
 # struct ieee_pfc: u8 pfc_cap, u8 pfc_en, u8 mbc, (pad), u16 delay, (pad to 8),
 # u64 requests[8], u64 indications[8]  -> 136 bytes
 _IEEE_PFC = struct.Struct("=BBBxH2x8Q8Q")
-
-
-class DcbError(Exception):
-    def __init__(self, errno_value: int, reason: str) -> None:
-        self.errno = errno_value
-        super().__init__(reason)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,13 +15,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from netio.errors import EthtoolUnsupported
 from netio.telemetry import metrics as m
 from netio.telemetry.sample import Collection, Fault, MetricSpec, Sample
 from netio.telemetry.selection import ALL, Selection
-
-
-class EthtoolUnsupported(Exception):
-    """The interface offers no ethtool statistics (lo, bridges, tun)."""
 
 
 class EthtoolSource(Protocol):

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from netio.daemon.config import SnmpTarget
+from netio.errors import SnmpError
 from netio.telemetry import metrics as m
 from netio.telemetry.sample import Collection, Fault, MetricSpec, Sample
 
@@ -59,10 +60,6 @@ COLUMNS: tuple[Column, ...] = (
 )
 MAX_REPETITIONS = 25
 MAX_ROUNDS = 2000  # walk bound: a broken agent that never ends a column
-
-
-class SnmpError(Exception):
-    pass
 
 
 class SnmpCollector:

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from daemon_helpers import Mlx5Host
 
+from netio.errors import DcbError
 from netio.telemetry import metrics as m
 from netio.telemetry.dcb import (
     DcbCollector,
-    DcbError,
     IeeePfc,
     NetlinkDcbClient,
     build_error_reply,

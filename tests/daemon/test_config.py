@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from daemon_helpers import REPO
 
-from netio.daemon.config import ConfigError, load_config, parse_config
+from netio.daemon.config import load_config, parse_config
+from netio.errors import ConfigError
 
 
 def test_example_config_is_valid() -> None:

@@ -289,7 +289,7 @@ def test_tls_and_basic_auth(mlx5_host: Mlx5Host, tmp_path: Path) -> None:
 
 
 def test_web_config_errors(tmp_path: Path) -> None:
-    from netio.daemon.config import ConfigError
+    from netio.errors import ConfigError
 
     p = tmp_path / "w.yml"
     for text, key in (("basic_auth_users:\n  a: plain\n", "basic_auth_users.a"),

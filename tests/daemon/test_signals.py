@@ -8,9 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from netio.daemon.watchdog import PfcWatchdog, StormEventKind, StormKey, StormState, WatchdogConfig
+from netio.errors import DcbError
 from netio.telemetry import derived
 from netio.telemetry import metrics as m
-from netio.telemetry.dcb import DcbError, IeeePfc, build_ieee_reply, parse_ieee_reply
+from netio.telemetry.dcb import IeeePfc, build_ieee_reply, parse_ieee_reply
 from netio.telemetry.rates import CounterRates, counter_delta
 from netio.telemetry.sample import Collection, Sample
 

@@ -7,6 +7,7 @@ import itertools
 
 import pytest
 
+from netio.errors import RoceError
 from netio.roce import (
     LEGAL_TRANSITIONS,
     Access,
@@ -16,7 +17,6 @@ from netio.roce import (
     QueuePair,
     RecvWr,
     RoceEngine,
-    RoceError,
     SendWr,
     WcStatus,
     WrOpcode,

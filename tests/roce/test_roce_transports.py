@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from netio.errors import RoceError
 from netio.pcap import open_capture
 from netio.roce import (
     Access,
@@ -18,7 +19,6 @@ from netio.roce import (
     QpType,
     RecvWr,
     RoceEngine,
-    RoceError,
     SendWr,
     UdAddress,
     WcFlags,

@@ -2,17 +2,17 @@
 
 ``SoftRoceDriver`` (driver.py) runs a ``netio.roce.RoceEngine`` on the asyncio
 loop; sockets.py holds the socket set-up (predictable IPv4 header on send, raw
-or UDP receive) and rx_icrc.py the receive-side ICRC checks.
+or UDP receive) and rx_icrc.py the receive-side ICRC checks. Socket failures
+raise :class:`netio.errors.DriverSocketError`.
 """
 
 from netio.backends.soft.driver import DriverConfig, DriverStats, SoftRoceDriver
 from netio.backends.soft.rx_icrc import HeaderlessVerifier
-from netio.backends.soft.sockets import ROCEV2_UDP_PORT, DriverSocketError, RxMode
+from netio.backends.soft.sockets import ROCEV2_UDP_PORT, RxMode
 
 __all__ = [
     "ROCEV2_UDP_PORT",
     "DriverConfig",
-    "DriverSocketError",
     "DriverStats",
     "HeaderlessVerifier",
     "RxMode",

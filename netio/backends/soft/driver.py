@@ -33,13 +33,13 @@ from dataclasses import dataclass, field
 from netio.backends.soft.rx_icrc import HeaderlessVerifier
 from netio.backends.soft.sockets import (
     ROCEV2_UDP_PORT,
-    DriverSocketError,
     RxMode,
     open_raw_receive_socket,
     open_send_socket,
     open_udp_receive_socket,
     parse_raw_ipv4,
 )
+from netio.errors import DriverSocketError
 from netio.roce.engine import CompletionQueue, OutgoingDatagram, RoceEngine
 from netio.roce.link import FaultyLink, LinkFaults
 from netio.roce.qp import QueuePair

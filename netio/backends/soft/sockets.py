@@ -29,7 +29,7 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from netio.errors import NetioError
+from netio.errors import DriverSocketError
 
 ROCEV2_UDP_PORT = 4791
 
@@ -48,13 +48,6 @@ _BPF_JEQ_K = 0x15
 _BPF_JSET_K = 0x45
 _BPF_RET_K = 0x06
 _ACCEPT_BYTES = 0x40000
-
-
-class DriverSocketError(NetioError, OSError):
-    """A driver socket could not be created or bound; ``errno`` is the OS error."""
-
-    def __init__(self, what: str, err: OSError) -> None:
-        super().__init__(err.errno or 0, f"{what}: {err.strerror or err}")
 
 
 class RxMode(enum.Enum):
