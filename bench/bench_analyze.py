@@ -132,6 +132,18 @@ class Launcher:
         self.proc.wait()
 
 
+def _per_flow_bound_kib() -> float:
+    """The most analysis state one flow direction can hold (netio.analyze.flows' bounds):
+    3 kinds of latency samples (kept in C, copied once for the report), 2 lists of open
+    gaps, 2 of waiting requests, counters."""
+    from netio.analyze.flows import COUNTERS, MAX_MISSING, MAX_PENDING, MAX_SAMPLES, OPCODE_SLOTS
+
+    samples = 3 * (MAX_SAMPLES + 1) * 8 * 2
+    lists = 2 * MAX_MISSING * 16 + 2 * MAX_PENDING * 16
+    counters = (len(COUNTERS) + OPCODE_SLOTS + 32) * 8 + 256
+    return (samples + lists + counters) / 1024
+
+
 def _netio_argv() -> list[str]:
     exe = shutil.which("netio-analyze", path=str(Path(sys.executable).parent))
     return [exe] if exe else [sys.executable, "-m", "netio.cli.analyze"]
@@ -171,10 +183,10 @@ def _measure(launcher: Launcher, cap: Capture, repeat: int, cpu: int | None, wor
 
 def _report(cap: Capture, netio: list[Run], theirs: list[Run]) -> None:
     n = _median(netio)
-    rate = cap.packets / n
-    print(f"  {cap.label}: netio-analyze --json {n:.2f} s {_fmt_runs(netio)} = "
-          f"{rate / 1e6:.2f} M packets/s (CPU {statistics.median(r.cpu_s for r in netio):.2f} s,"
-          f" peak RSS {max(r.max_rss_kib for r in netio) / 1024:.0f} MiB)")
+    rate = "" if "/" in cap.label else f" = {cap.packets / n / 1e6:.2f} M packets/s"
+    print(f"  {cap.label}: netio-analyze --json {n:.2f} s {_fmt_runs(netio)}{rate} "
+          f"(CPU {statistics.median(r.cpu_s for r in netio):.2f} s, "
+          f"peak RSS {max(r.max_rss_kib for r in netio) / 1024:.0f} MiB)")
     if theirs:
         t = _median(theirs)
         print(f"  {cap.label}: tshark -q -z io,stat,0 {t:.2f} s {_fmt_runs(theirs)} = "
@@ -231,7 +243,8 @@ def main() -> int:
             "state, bounded per flow (latency samples, open gaps, waiting requests), so it "
             "stops growing once those bounds are reached: "
             + " -> ".join(f"{rss[k] - base_mib:.0f}" for k in ("A/100", "A/10", "A"))
-            + " MiB")
+            + f" MiB (bound: {_per_flow_bound_kib():.0f} KiB per flow direction, whatever "
+            "the packet count)")
     finally:
         launcher.close()
         if not args.keep:
