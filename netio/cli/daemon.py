@@ -1,11 +1,15 @@
-"""``netio-daemon``: the host/switch telemetry exporter.
+"""``netio-daemon``: the host/switch telemetry exporter (Prometheus /metrics,
+/healthz, /api/profile, /api/captures).
 
     netio-daemon --config /etc/netio/netio-daemon.toml
     netio-daemon --check-config --config FILE      # validate and exit
     netio-daemon --once --sysfs-root DIR/sys       # one collection, exposition to stdout
+    netio-daemon --once --json --sysfs-root DIR/sys   # one collection, fabric profile JSON
 
-Exit status: 0 after a clean SIGTERM, 2 on a bad configuration or option,
-1 when the listen address cannot be bound.
+SIGHUP reloads the configuration (a bad file keeps the running one), SIGTERM
+and SIGINT stop. Exit status: 0 after a clean stop (or a valid --check-config,
+or --once); 1 when the listen address cannot be bound; 2 on a bad
+configuration, web config or option; 130 when interrupted during --once.
 """
 
 from __future__ import annotations
@@ -17,16 +21,27 @@ import json
 import sys
 
 from netio.daemon import eventlog
-from netio.daemon.config import Config, load_config
+from netio.daemon.config import Config, check_listen, check_paths, load_config
 from netio.errors import ConfigError
+
+EXIT_OK = 0
+EXIT_LISTEN = 1
+EXIT_CONFIG = 2
+EXIT_INTERRUPTED = 130
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="netio-daemon", description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", help="TOML configuration file")
-    p.add_argument("--listen", help="HOST:PORT to serve on (overrides daemon.listen)")
-    p.add_argument("--sysfs-root", help="sysfs root (overrides daemon.sysfs_root)")
-    p.add_argument("--web-config", help="exporter-toolkit style web config (TLS, basic auth)")
+    p = argparse.ArgumentParser(prog="netio-daemon", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", metavar="FILE",
+                   help="TOML configuration file (default: built-in defaults)")
+    p.add_argument("--listen", metavar="HOST:PORT",
+                   help="address to serve on, e.g. 127.0.0.1:9935 or [::1]:9935 "
+                        "(overrides daemon.listen)")
+    p.add_argument("--sysfs-root", metavar="DIR", help="sysfs root (overrides daemon.sysfs_root)")
+    p.add_argument("--web-config", metavar="FILE",
+                   help="exporter-toolkit style web config: TLS, basic auth "
+                        "(overrides daemon.web_config_file)")
     p.add_argument("--log-format", choices=("json", "text"), help="log line format")
     p.add_argument("--check-config", action="store_true",
                    help="validate the configuration (and web config) and exit")
@@ -41,65 +56,77 @@ def _config(args: argparse.Namespace) -> Config:
     d = cfg.daemon
     changes: dict[str, object] = {}
     if args.listen:
-        from netio.daemon.config import _listen
-
-        changes["listen"] = _listen(args.listen, "--listen")
+        changes["listen"] = check_listen(args.listen, "--listen")
     if args.sysfs_root:
         changes["sysfs_root"] = args.sysfs_root
     if args.web_config:
         changes["web_config_file"] = args.web_config
     if args.log_format:
         changes["log_format"] = args.log_format
-    return dataclasses.replace(cfg, daemon=dataclasses.replace(d, **changes))  # type: ignore[arg-type]
+    cfg = dataclasses.replace(cfg, daemon=dataclasses.replace(d, **changes))  # type: ignore[arg-type]
+    try:
+        check_paths(cfg)
+    except ConfigError as e:
+        option = {"daemon.sysfs_root": "--sysfs-root"}.get(e.key) if args.sysfs_root else None
+        raise ConfigError(option or e.key, e.reason, path=None if option else args.config) \
+            from None
+    return cfg
 
 
 async def _once(cfg: Config, profile: bool) -> str:
     from netio.daemon.app import Daemon
     from netio.telemetry.profile import to_json_dict
 
-    d = Daemon(cfg)
-    for job in d.jobs:
-        await d._run_once(job, cfg.daemon.collector_timeout_s)
+    daemon = Daemon(cfg)
+    snapshot = await daemon.collect_once()
     if profile:
-        return json.dumps(to_json_dict(d.snapshot.profile), indent=1) + "\n"
-    return (await d.render_body(False)).decode()
+        return json.dumps(to_json_dict(snapshot.profile), indent=1) + "\n"
+    return (await daemon.render_body(False)).decode()
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.json and not args.once:
+        parser.error("--json needs --once (the running daemon serves the profile at "
+                     "/api/profile)")
     try:
         cfg = _config(args)
         from netio.daemon.app import Daemon
-        from netio.daemon.webconfig import load_web_config
+        from netio.daemon.webconfig import WebConfig, load_web_config
 
-        if cfg.daemon.web_config_file:
-            web = load_web_config(cfg.daemon.web_config_file)
-        else:
-            from netio.daemon.webconfig import WebConfig
-
-            web = WebConfig()
+        web = load_web_config(cfg.daemon.web_config_file) if cfg.daemon.web_config_file \
+            else WebConfig()
     except ConfigError as e:
         print(f"netio-daemon: configuration error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_CONFIG
     if args.check_config:
         print(f"netio-daemon: configuration OK ({args.config or 'defaults'})")
-        return 0
+        return EXIT_OK
     eventlog.setup(cfg.daemon.log_format)
     if args.once:
-        sys.stdout.write(asyncio.run(_once(cfg, args.json)))
-        return 0
+        try:
+            sys.stdout.write(asyncio.run(_once(cfg, args.json)))
+        except KeyboardInterrupt:
+            print("netio-daemon: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        return EXIT_OK
 
     async def run() -> int:
         daemon = Daemon(cfg, config_path=args.config, web_config=web)
         try:
             await daemon.run()
         except OSError as e:
-            print(f"netio-daemon: cannot listen on {cfg.daemon.listen}: {e.strerror}",
+            print(f"netio-daemon: cannot listen on {cfg.daemon.listen}: {e.strerror or e}",
                   file=sys.stderr)
-            return 1
-        return 0
+            return EXIT_LISTEN
+        return EXIT_OK
 
-    return asyncio.run(run())
+    try:
+        return asyncio.run(run())
+    except KeyboardInterrupt:  # before the signal handlers are installed
+        print("netio-daemon: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

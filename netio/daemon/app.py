@@ -28,7 +28,7 @@ from typing import Any
 
 from netio.daemon import eventlog
 from netio.daemon.capture import CaptureManager
-from netio.daemon.config import Alarm, Config, load_config
+from netio.daemon.config import Alarm, Config, check_paths, load_config
 from netio.daemon.exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, render
 from netio.daemon.http import HttpServer, Request, Response
 from netio.daemon.watchdog import PfcWatchdog, StormEventKind, StormKey, StormState, WatchdogConfig
@@ -203,13 +203,21 @@ class Daemon:
             return False
         try:
             new = load_config(self.config_path)
+            check_paths(new)
             web = self._load_web(new)
         except ConfigError as e:
-            self.reloads["failure"] += 1
-            self.last_reload_ok = False
-            eventlog.emit("config_reload_failed", level=logging.ERROR, error=str(e))
+            self._reload_failed(str(e))
             return False
-        old_listen = self.config.daemon.listen
+        # A new listen address (or TLS settings) is bound before anything else
+        # changes, so that a busy port leaves the running daemon as it was.
+        if new.daemon.listen != self.config.daemon.listen or web.ssl_context is not None \
+                or self.web_config.ssl_context is not None:
+            try:
+                await self._restart_server(new.daemon.listen, web)
+            except OSError as e:
+                self._reload_failed(f"daemon.listen: cannot listen on {new.daemon.listen}: "
+                                    f"{e.strerror or e}")
+                return False
         self._stop_jobs()
         self.config = new
         self.web_config = web
@@ -222,14 +230,17 @@ class Daemon:
         self._start_jobs()
         if self.server is not None:
             self.server.auth = BasicAuth(web.users) if web.auth_required else None
-        if new.daemon.listen != old_listen or self.web_config.ssl_context is not None:
-            await self._restart_server()
         self.reloads["success"] += 1
         self.last_reload_ok = True
         eventlog.emit("config_reloaded", path=self.config_path,
                       collectors=[j.name for j in self.jobs])
         self._publish()
         return True
+
+    def _reload_failed(self, error: str) -> None:
+        self.reloads["failure"] += 1
+        self.last_reload_ok = False
+        eventlog.emit("config_reload_failed", level=logging.ERROR, error=error)
 
     # ---- lifecycle ----------------------------------------------------------------------
     async def run(self) -> None:
@@ -238,7 +249,7 @@ class Daemon:
                         (signal.SIGHUP, lambda: loop.create_task(self.reload()))):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(sig, fn)
-        await self._restart_server()
+        await self._restart_server(self.config.daemon.listen, self.web_config)
         self._start_jobs()
         self._publish()
         eventlog.emit("started", listen=self.config.daemon.listen, port=self.port,
@@ -264,17 +275,31 @@ class Daemon:
     def port(self) -> int:
         return self.server.port if self.server is not None else 0
 
-    async def _restart_server(self) -> None:
-        host, _, port = self.config.daemon.listen.rpartition(":")
-        host = host.strip("[]")
-        if self.server is not None:
-            await self.server.close()
-        auth = BasicAuth(self.web_config.users) if self.web_config.auth_required else None
-        self.server = HttpServer({
+    async def _restart_server(self, listen: str, web: WebConfig) -> None:
+        """Serve on ``listen`` with ``web``'s TLS and users.  Raises OSError when
+        the address cannot be bound; the server that was running keeps running
+        (on a new address it is closed only once the new one listens)."""
+        host, _, port_text = listen.rpartition(":")
+        host, port = host.strip("[]"), int(port_text)
+        old = self.server
+        new = HttpServer({
             "/metrics": self._metrics, "/healthz": self._healthz, "/api/profile": self._profile,
             "/api/captures": self._captures, "/": self._index,
-        }, auth=auth, on_request=self._count_request)
-        await self.server.start(host, int(port), self.web_config.ssl_context)
+        }, auth=BasicAuth(web.users) if web.auth_required else None,
+            on_request=self._count_request)
+        if old is None or listen != self.config.daemon.listen:
+            await new.start(host, port, web.ssl_context)
+            if old is not None:
+                await old.close()
+        else:  # the same address: it must be released first
+            await old.close()
+            try:
+                await new.start(host, port, web.ssl_context)
+            except OSError:
+                self.server = HttpServer(old.routes, auth=old.auth, on_request=old.on_request)
+                await self.server.start(host, port, self.web_config.ssl_context)
+                raise
+        self.server = new
 
     def _start_jobs(self) -> None:
         for job in self.jobs:
@@ -330,6 +355,15 @@ class Daemon:
             return
         h.duration_s = time.perf_counter() - t0
         self.ingest(col, job_name=job.name)
+
+    async def collect_once(self) -> Snapshot:
+        """Run every collector once and publish the snapshot now (``--once``)."""
+        for job in self.jobs:
+            await self._run_once(job, self.config.daemon.collector_timeout_s)
+        if self._publish_handle is not None:
+            self._publish_handle.cancel()
+        self._publish()
+        return self.snapshot
 
     def _faults(self, name: str, faults: tuple[Fault, ...], *, ok: bool) -> None:
         h = self.health.setdefault(name, _Health())

@@ -7,6 +7,11 @@ keys are errors, so a typo never silently falls back to a default.  See
 
 from __future__ import annotations
 
+import ipaddress
+import math
+import os
+import re
+import shutil
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any
@@ -183,6 +188,8 @@ class _Table:
             return default
         if isinstance(v, bool) or not isinstance(v, int | float):
             raise ConfigError(self._key(key), f"must be a number, got {v!r}")
+        if not math.isfinite(v):  # TOML has nan and inf; neither is an interval or a threshold
+            raise ConfigError(self._key(key), f"must be a finite number, got {v!r}")
         if (v <= minimum) if exclusive else (v < minimum):
             rel = ">" if exclusive else ">="
             raise ConfigError(self._key(key), f"must be {rel} {minimum:g}, got {v!r}")
@@ -222,11 +229,34 @@ class _Table:
             raise ConfigError(self._key(unknown[0]), "unknown key")
 
 
-def _listen(value: str, key: str) -> str:
-    _host, sep, port = value.rpartition(":")
-    # Port 0 asks the kernel for a free port (the "started" log line names it).
+_HOSTNAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?")
+
+
+def check_listen(value: str, key: str) -> str:
+    """``HOST:PORT``: HOST an IPv4 address, ``[IPv6]``, a host name, or empty
+    (every address); PORT 0..65535 (0 asks the kernel for a free port, which
+    the "started" log line names)."""
+    host, sep, port = value.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
         raise ConfigError(key, f"must be HOST:PORT with a port 0..65535, got {value!r}")
+    if host.startswith("["):
+        try:
+            if not host.endswith("]"):
+                raise ValueError(host)
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            raise ConfigError(key, f"{host!r} is not a bracketed IPv6 address "
+                                   f"like [::1], in {value!r}") from None
+    elif ":" in host:
+        raise ConfigError(key, f"write an IPv6 address in brackets ([{host}]:{port}), "
+                               f"got {value!r}")
+    elif host and host.replace(".", "").isdigit():
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            raise ConfigError(key, f"{host!r} is not an IPv4 address, in {value!r}") from None
+    elif host and not _HOSTNAME.fullmatch(host):
+        raise ConfigError(key, f"{host!r} is not an IP address or host name, in {value!r}")
     return value
 
 
@@ -243,7 +273,7 @@ def parse_config(data: dict[str, Any]) -> Config:
     root = _Table(data, "")
     d = root.table("daemon")
     daemon = DaemonSection(
-        listen=_listen(d.str_("listen", "127.0.0.1:9935"), "daemon.listen"),
+        listen=check_listen(d.str_("listen", "127.0.0.1:9935"), "daemon.listen"),
         web_config_file=d.str_("web_config_file", None),
         sysfs_root=d.str_("sysfs_root", "/sys"),
         log_format=d.choice("log_format", "json", ("json", "text")),
@@ -360,9 +390,29 @@ def load_config(path: str) -> Config:
             data = tomllib.load(f)
     except OSError as e:
         raise ConfigError("", f"cannot read: {e.strerror}", path=path) from None
+    except UnicodeDecodeError as e:
+        raise ConfigError("", f"not UTF-8 text (byte {e.start}), so not a TOML file",
+                          path=path) from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError("", f"not valid TOML: {e}", path=path) from None
     try:
         return parse_config(data)
     except ConfigError as e:
         raise ConfigError(e.key, e.reason, path=path) from None
+
+
+def check_paths(config: Config) -> None:
+    """What can only be checked on the host that runs the daemon: the sysfs
+    root and the ethtool text directory exist, and tcpdump is there when
+    captures are enabled.  Raises ConfigError naming the key."""
+    if not os.path.isdir(config.daemon.sysfs_root):
+        raise ConfigError("daemon.sysfs_root",
+                          f"{config.daemon.sysfs_root!r} is not a directory")
+    eth = config.ethtool
+    if eth.enabled and eth.text_dir is not None and eth.source in ("text", "auto") \
+            and not os.path.isdir(eth.text_dir):
+        raise ConfigError("collectors.ethtool.text_dir", f"{eth.text_dir!r} is not a directory")
+    cap = config.capture
+    if cap.enabled and shutil.which(cap.tcpdump_path) is None:
+        raise ConfigError("capture.tcpdump_path",
+                          f"{cap.tcpdump_path!r} is not an executable (captures are enabled)")

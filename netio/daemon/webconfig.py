@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 import ssl
 from dataclasses import dataclass, field
 from typing import Any
 
 from netio.errors import ConfigError
 
+# $2a$/$2b$/$2y$, a two-digit cost, 22 characters of salt and 31 of hash (bcrypt's base64).
+_BCRYPT = re.compile(r"\$2[aby]\$\d\d\$[./A-Za-z0-9]{53}")
 _TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1,
                  "TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
 
@@ -78,6 +81,16 @@ class BasicAuth:
         return bool(good)
 
 
+def _yaml_problem(e: Exception) -> str:
+    """One line: PyYAML's messages span several (context, problem, a quoted snippet)."""
+    problem = getattr(e, "problem", None)
+    mark = getattr(e, "problem_mark", None)
+    if problem is None:
+        return " ".join(str(e).split())
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    return f"{problem}{where}"
+
+
 def load_web_config(path: str) -> WebConfig:
     import yaml
 
@@ -86,8 +99,11 @@ def load_web_config(path: str) -> WebConfig:
             data: Any = yaml.safe_load(f)
     except OSError as e:
         raise ConfigError("", f"cannot read: {e.strerror}", path=path) from None
+    except UnicodeDecodeError as e:
+        raise ConfigError("", f"not UTF-8 text (byte {e.start}), so not a YAML file",
+                          path=path) from None
     except yaml.YAMLError as e:
-        raise ConfigError("", f"not valid YAML: {e}", path=path) from None
+        raise ConfigError("", f"not valid YAML: {_yaml_problem(e)}", path=path) from None
     if data is None:
         return WebConfig()
     if not isinstance(data, dict):
@@ -112,18 +128,31 @@ def load_web_config(path: str) -> WebConfig:
             raise ConfigError("tls_server_config.min_version",
                               f"must be one of {', '.join(_TLS_VERSIONS)}", path=path)
         ctx.minimum_version = _TLS_VERSIONS[mv]
+        for k in ("cert_file", "key_file"):
+            try:
+                with open(tls[k], "rb"):
+                    pass
+            except OSError as e:
+                raise ConfigError(f"tls_server_config.{k}",
+                                  f"cannot read {tls[k]}: {e.strerror}", path=path) from None
         try:
             ctx.load_cert_chain(tls["cert_file"], tls["key_file"])
         except (OSError, ssl.SSLError) as e:
-            raise ConfigError("tls_server_config.cert_file", f"cannot load: {e}",
-                              path=path) from None
+            raise ConfigError("tls_server_config.cert_file",
+                              f"cannot load {tls['cert_file']} with key {tls['key_file']}: "
+                              f"{getattr(e, 'reason', None) or e}", path=path) from None
         ca = tls.get("client_ca_file")
         if ca is not None:
+            if not isinstance(ca, str):
+                raise ConfigError("tls_server_config.client_ca_file", "must be a file name",
+                                  path=path)
             try:
                 ctx.load_verify_locations(ca)
             except (OSError, ssl.SSLError) as e:
-                raise ConfigError("tls_server_config.client_ca_file", f"cannot load: {e}",
-                                  path=path) from None
+                why = e.strerror if isinstance(e, OSError) and e.strerror else \
+                    getattr(e, "reason", None) or e
+                raise ConfigError("tls_server_config.client_ca_file",
+                                  f"cannot load {ca}: {why}", path=path) from None
             ctx.verify_mode = ssl.CERT_REQUIRED
     users: dict[str, bytes] = {}
     raw_users = data.get("basic_auth_users")
@@ -132,8 +161,9 @@ def load_web_config(path: str) -> WebConfig:
             raise ConfigError("basic_auth_users", "must be a mapping user: bcrypt-hash",
                               path=path)
         for user, h in raw_users.items():
-            if not isinstance(h, str) or not h.startswith(("$2a$", "$2b$", "$2y$")):
-                raise ConfigError(f"basic_auth_users.{user}", "must be a bcrypt hash ($2y$...)",
-                                  path=path)
+            if not isinstance(h, str) or not _BCRYPT.fullmatch(h):
+                raise ConfigError(f"basic_auth_users.{user}",
+                                  "must be a bcrypt hash ($2y$10$ and 53 more characters, "
+                                  "as htpasswd -nBC 10 prints)", path=path)
             users[str(user)] = h.encode()
     return WebConfig(ctx, users)

@@ -99,6 +99,12 @@ class IoctlEthtoolSource:
     """The real kernel, through pyroute2's ``SIOCETHTOOL`` ioctl."""
 
     def __init__(self, sysfs_root: str = "/sys") -> None:
+        # Imported on the constructing thread (see NetlinkLinkSource): a first
+        # import racing another collector thread's fails inside pyroute2.
+        from pyroute2.ethtool.ioctl import IoctlEthtool, NotSupportedError
+
+        self._ioctl_ethtool: Any = IoctlEthtool
+        self._not_supported: type[Exception] = NotSupportedError
         self.sysfs_root = sysfs_root
         self._handles: dict[str, object] = {}
 
@@ -109,15 +115,13 @@ class IoctlEthtoolSource:
             return []
 
     def statistics(self, ifname: str) -> list[tuple[str, int]]:
-        from pyroute2.ethtool.ioctl import IoctlEthtool, NotSupportedError
-
         handle = self._handles.get(ifname)
         if handle is None:
-            handle = IoctlEthtool(ifname)
+            handle = self._ioctl_ethtool(ifname)
             self._handles[ifname] = handle
         try:
             stats: list[tuple[str, int]] = handle.get_statistics()  # type: ignore[attr-defined]
-        except NotSupportedError as e:
+        except self._not_supported as e:
             raise EthtoolUnsupported(ifname) from e
         except (OSError, AssertionError):
             # Names may change with the driver (reload, firmware): start afresh next time.

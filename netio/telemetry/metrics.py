@@ -28,9 +28,11 @@ NET_CARRIER_CHANGES = MetricSpec("netio_network_carrier_changes_total", C,
                                  "Carrier up/down transitions.", ("device",))
 NET_UP = MetricSpec("netio_network_up", G,
                     "1 when the interface's operational state is up.", ("device",))
-NET_MTU = MetricSpec("netio_network_mtu_bytes", G, "Interface MTU.", ("device",))
+NET_MTU = MetricSpec("netio_network_mtu_bytes", G, "Interface MTU (IP payload bytes).",
+                     ("device",))
 NET_SPEED = MetricSpec("netio_network_speed_bytes_per_second", G,
-                       "Negotiated link speed; absent when the driver reports none.", ("device",))
+                       "Negotiated link speed in bytes/s (sysfs speed in Mb/s / 8 * 1e6); "
+                       "absent when the driver reports none.", ("device",))
 
 # --- ethtool, normalised ------------------------------------------------------------------------
 PFC_PAUSE_FRAMES = MetricSpec(
@@ -39,7 +41,7 @@ PFC_PAUSE_FRAMES = MetricSpec(
     ("device", "direction", "priority"))
 PFC_PAUSE_DURATION = MetricSpec(
     "netio_pfc_pause_duration_seconds_total", C,
-    "Time paused per priority (mlx5 *_prioN_pause_duration, reported in microseconds).",
+    "Time paused per priority (mlx5 *_prioN_pause_duration, which counts microseconds).",
     ("device", "direction", "priority"))
 PFC_PAUSE_TRANSITIONS = MetricSpec(
     "netio_pfc_pause_transitions_total", C,
@@ -78,7 +80,8 @@ RDMA_PORT_PHYS_STATE = MetricSpec("netio_rdma_port_physical_state", G,
                                   "IB physical port state number (5 = LinkUp).",
                                   ("device", "port"))
 RDMA_PORT_RATE = MetricSpec("netio_rdma_port_rate_bytes_per_second", G,
-                            "Port rate from sysfs 'rate'.", ("device", "port"))
+                            "Port data rate from sysfs 'rate' (e.g. 100 Gb/sec), in bytes/s.",
+                            ("device", "port"))
 RDMA_BYTES = MetricSpec("netio_rdma_bytes_total", C,
                         "RDMA port data (IB PMA port_*_data words times 4).",
                         ("device", "port", "direction"))
@@ -105,10 +108,11 @@ RDMA_COMPLETION_ERRORS = MetricSpec(
     "Work completions with errors, by side and error.", ("device", "port", "side", "error"))
 RDMA_OPERATIONS = MetricSpec("netio_rdma_operations_total", C,
                              "RDMA operations by kind.", ("device", "port", "op"))
+# Not "netio_rdma_counter": a type in a metric name is a promtool lint error.
 RDMA_OTHER = MetricSpec(
-    "netio_rdma_counter", U,
-    "RDMA counter without a normalised name (only when passthrough is enabled).",
-    ("device", "port", "counter"))
+    "netio_rdma_stat", U,
+    "RDMA sysfs counter without a normalised name (only when passthrough is enabled).",
+    ("device", "port", "stat"))
 
 # --- DCB (RTM_GETDCB, DCB_ATTR_IEEE_PFC) ------------------------------------------------------
 DCB_PFC_ENABLED = MetricSpec("netio_pfc_priority_lossless", G,
@@ -133,7 +137,8 @@ SW_DISCARDS = MetricSpec("netio_switch_discards_total", C, "IF-MIB ifIn/OutDisca
                          ("target", "interface", "direction"))
 SW_ERRORS = MetricSpec("netio_switch_errors_total", C, "IF-MIB ifIn/OutErrors.",
                        ("target", "interface", "direction"))
-SW_SPEED = MetricSpec("netio_switch_speed_bytes_per_second", G, "IF-MIB ifHighSpeed.",
+SW_SPEED = MetricSpec("netio_switch_speed_bytes_per_second", G,
+                      "IF-MIB ifHighSpeed (Mb/s) in bytes/s.",
                       ("target", "interface"))
 SW_UP = MetricSpec("netio_switch_interface_up", G, "IF-MIB ifOperStatus == up(1).",
                    ("target", "interface"))
@@ -164,11 +169,11 @@ PAUSE_RATIO = MetricSpec(
     "netio_pfc_paused_ratio", G,
     "Fraction of the last interval paused, per priority (0..1).",
     ("device", "direction", "priority"))
-CNP_RATE = MetricSpec("netio_rdma_cnp_rate_per_second", G,
+CNP_RATE = MetricSpec("netio_rdma_cnp_packets_per_second", G,
                       "CNPs per second over the last interval (sent + handled).",
                       ("device", "port"))
 RETRANS_RATE = MetricSpec(
-    "netio_rdma_retransmission_events_rate_per_second", G,
+    "netio_rdma_retransmission_events_per_second", G,
     "Retransmission-triggering events per second over the last interval.",
     ("device", "port"))
 UTILISATION = MetricSpec("netio_link_utilisation_ratio", G,
@@ -206,7 +211,8 @@ COLLECTOR_LAST_SUCCESS = MetricSpec("netio_collector_last_success_timestamp_seco
                                     "Unix time of the last complete run.", ("collector",))
 SCRAPE_DURATION = MetricSpec("netio_scrape_render_duration_seconds", G,
                              "Time the last /metrics body took to render.", ())
-SCRAPES = MetricSpec("netio_scrapes_total", C, "HTTP requests by path and code.",
+SCRAPES = MetricSpec("netio_http_requests_total", C,
+                     "HTTP requests served, by path (the endpoints, else 'other') and status code.",
                      ("path", "code"))
 CONFIG_RELOADS = MetricSpec("netio_config_reloads_total", C,
                             "SIGHUP reloads by outcome.", ("outcome",))

@@ -53,17 +53,19 @@ class NetlinkLinkSource:
     def __init__(self, sysfs_root: str = "/sys",
                  ipr_factory: Callable[[], Any] | None = None) -> None:
         self.sysfs_root = sysfs_root
+        if ipr_factory is None:
+            # Imported here, on the thread that builds the collectors: pyroute2's
+            # package imports are circular and fail when two collector threads
+            # import it for the first time at once.
+            from pyroute2 import IPRoute
+
+            ipr_factory = IPRoute
         self._factory = ipr_factory
         self._ipr: Any = None
 
     def _handle(self) -> Any:
         if self._ipr is None:
-            if self._factory is not None:
-                self._ipr = self._factory()
-            else:
-                from pyroute2 import IPRoute
-
-                self._ipr = IPRoute()
+            self._ipr = self._factory()
         return self._ipr
 
     def links(self) -> tuple[list[LinkStats], list[tuple[str, str, str]]]:

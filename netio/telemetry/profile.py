@@ -12,24 +12,37 @@ from yet.
 
 Fields:
 
-* ``interfaces``: host network interfaces.  ``capacity_bps`` is the negotiated
-  speed; ``rx_bps``/``tx_bps`` the rate over the last collection interval;
+* ``schema_version`` (int), ``host`` (the daemon's host name), ``generated_unix_s``.
+* ``interfaces``: host network interfaces.  ``name``; ``up`` (operational
+  state; null when unknown); ``capacity_bps`` is the negotiated speed;
+  ``rx_bps``/``tx_bps`` the rate over the last collection interval;
   ``utilisation_ratio`` = max(rx, tx) / capacity; ``pause`` one entry per
-  priority with PFC counters: ``rx_pause_fraction`` is the fraction of time the
-  peer held this host paused, ``tx_pause_fraction`` the fraction this host held
-  the peer paused; ``pause_fraction_source`` is ``"duration"`` (measured by the
-  NIC, mlx5 ``*_pause_duration``), ``"frames_estimate"`` (pause frames times
-  the maximum pause quanta over the link speed: an upper bound) or ``"none"``.
-* ``rdma_ports``: RDMA ports; ``cnp_sent_per_s`` (this host as notification
-  point), ``cnp_handled_per_s`` (as reaction point), ``ecn_marked_per_s``,
-  ``retransmissions_per_s`` (requester events that cause a resend:
-  local ACK timeout, NAK sequence error, implied NAK, RNR NAK; rxe's
+  priority with PFC counters: ``priority`` (0..7), ``rx_pause_fraction`` is
+  the fraction of time the peer held this host paused, ``tx_pause_fraction``
+  the fraction this host held the peer paused, ``rx_pause_frames_per_s`` and
+  ``tx_pause_frames_per_s`` the pause frames received and sent, ``lossless``
+  whether PFC is enabled on the priority (DCB; null when unknown) and
+  ``storm_active`` whether the watchdog sees a storm there now;
+  ``pause_fraction_source`` is ``"duration"`` (measured by the NIC, mlx5
+  ``*_pause_duration``), ``"frames_estimate"`` (pause frames times the
+  maximum pause quanta over the link speed: an upper bound) or ``"none"``.
+* ``rdma_ports``: RDMA ports; ``device`` and ``port`` (the port number as a
+  string, as in the metric labels); ``capacity_bps`` from sysfs ``rate``;
+  ``rx_bps``/``tx_bps`` from the IB PMA data counters (null on rxe, which has
+  none); ``rx_packets_per_s``/``tx_packets_per_s``; ``cnp_sent_per_s`` (this
+  host as notification point), ``cnp_handled_per_s`` (as reaction point),
+  ``ecn_marked_per_s``, ``retransmissions_per_s`` (requester events that cause
+  a resend: local ACK timeout, NAK sequence error, implied NAK, RNR NAK; rxe's
   ``completer_retry_err`` replaces the NAK-sequence count when present),
   ``out_of_sequence_per_s`` and ``duplicate_requests_per_s`` (responder's view
   of the peer's resends).
-* ``switch_interfaces``: per SNMP target and interface, IF-MIB rates and PFC
-  requests/indications per second.
-* ``storms``: the PFC storms active now (watchdog state).
+* ``switch_interfaces``: per SNMP ``target`` and ``interface``: ``up``,
+  ``capacity_bps``, ``rx_bps``/``tx_bps``, ``utilisation_ratio`` (IF-MIB), and
+  ``pfc_requests_per_s`` (pause frames the switch sent) and
+  ``pfc_indications_per_s`` (received), all priorities together.
+* ``storms``: the PFC storms active now (watchdog state): ``device``,
+  ``direction`` (``rx``: this host is being paused; ``tx``: it pauses its
+  peer), ``priority`` and ``since_unix_s``.
 """
 
 from __future__ import annotations

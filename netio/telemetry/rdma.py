@@ -3,7 +3,7 @@
 ``counters/`` holds the IB PMA counters (absent on rxe and bnxt_re; "N/A (no PMA)"
 on some drivers); ``hw_counters/`` holds driver counters (mlx5, rxe, ...).  Known
 names become normalised metrics (see ``RDMA_NAMES``); the rest are dropped, or
-passed through under ``netio_rdma_counter{counter=...}`` when asked.
+passed through under ``netio_rdma_stat{stat=...}`` when asked.
 """
 
 from __future__ import annotations
