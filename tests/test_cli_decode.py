@@ -98,3 +98,58 @@ def test_missing_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert proc.stdout == ""
     assert "nope.pcap" in proc.stderr and proc.stderr.count("\n") == 1
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("count", ["0", "-5", "many"])
+def test_count_must_be_a_positive_number(count: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as ei:
+        main(["decode", "-c", count, str(REF_PCAP)])
+    assert ei.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument -c/--count" in err and "Traceback" not in err
+
+
+def test_output_closed_early_is_quiet(tmp_path: Path) -> None:
+    """``netio decode CAPTURE | head -1``: no "Broken pipe" blamed on the capture."""
+    proc = subprocess.Popen([sys.executable, "-m", "netio.cli.main", "decode", str(REF_PCAP)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(30) == 141
+    assert first.startswith(b"     1 ") and err == ""
+
+
+def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path) -> None:
+    import os
+    import signal
+    import threading
+    import time
+
+    fifo = tmp_path / "live.pcap"
+    os.mkfifo(fifo)
+    release = threading.Event()
+    opened = threading.Event()
+
+    def feed() -> None:  # a capture that is still being written
+        with open(fifo, "wb") as f:  # returns once netio decode has opened it
+            opened.set()
+            f.write(REF_PCAP.read_bytes()[:2000])
+            f.flush()
+            release.wait(30)
+
+    writer = threading.Thread(target=feed)
+    writer.start()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "netio.cli.main", "decode", str(fifo)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        assert opened.wait(60)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        release.set()
+        writer.join(30)
+    assert proc.returncode == 130
+    assert err == "netio decode: interrupted\n"

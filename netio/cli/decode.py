@@ -5,14 +5,17 @@ the addresses, and the decoded RoCEv2 (opcode, dest QP, PSN, AckReq ``A``,
 extension headers, payload bytes, ICRC verdict) or PFC/PAUSE content.
 ``--summary`` prints only the per-opcode and per-kind counts.
 
-Exit codes: 0 read to the end; 1 the capture is damaged (the frames before the
-damage were decoded, the warning says where reading stopped); 2 the file
-cannot be read as a capture or the arguments are wrong.
+Exit codes: 0 read to the end (or the --count frames); 1 the capture is
+damaged (the frames before the damage were decoded, the warning says where
+reading stopped); 2 the file cannot be read as a capture or the arguments are
+wrong; 130 interrupted (Ctrl-C); 141 the reader of the output went away
+(``| head``), as for a tool killed by SIGPIPE, without a message.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 from collections import Counter
@@ -27,6 +30,18 @@ from netio.wire.ext import AckType
 EXIT_OK = 0
 EXIT_DAMAGED = 1
 EXIT_UNREADABLE = 2
+EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} frames: must be at least 1")
+    return value
 
 
 def register(subparsers: Any) -> None:
@@ -34,8 +49,8 @@ def register(subparsers: Any) -> None:
         "decode", help="decode a capture frame by frame (RoCEv2, CNP, CM MADs, PFC, PAUSE)",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("capture", help="pcap or pcapng file")
-    parser.add_argument("-c", "--count", type=int, default=None, metavar="N",
-                        help="stop after N frames")
+    parser.add_argument("-c", "--count", type=_positive, default=None, metavar="N",
+                        help="stop after N frames (N >= 1)")
     parser.add_argument("--summary", action="store_true",
                         help="print only the counts per opcode and frame kind")
     parser.add_argument("--no-icrc", action="store_true", help="skip ICRC verification")
@@ -130,6 +145,21 @@ def _kind(frame: Frame) -> str:
 
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out if out is not None else sys.stdout
+    try:
+        return _decode(args, out)
+    except KeyboardInterrupt:
+        print("netio decode: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        if out is sys.stdout:
+            # Nothing more can be written; keep the interpreter's final flush quiet too.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        return EXIT_BROKEN_PIPE
+
+
+def _decode(args: argparse.Namespace, out: TextIO) -> int:
     counts: Counter[str] = Counter()
     bad_icrc = 0
     undecodable = 0
@@ -162,6 +192,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         except CaptureError as exc:
             print(f"netio decode: {exc}", file=sys.stderr)
             return EXIT_UNREADABLE
+        except BrokenPipeError:
+            raise
         except OSError as exc:
             print(f"netio decode: {args.capture}: {exc.strerror or exc}", file=sys.stderr)
             return EXIT_UNREADABLE
