@@ -1,7 +1,7 @@
 """Run every analysis over one or more captures, batch by batch, into one result.
 
 Native path: each capture is read through a reused window and scanned natively
-(``netio.analyze.window``) in batches; one C pass per batch
+(``netio.pcap.scan.WindowScanner``) in batches; one C pass per batch
 (``native/analyze_flows.c``) classifies
 the frames, applies the filters and runs every per-packet RoCE analysis, and
 hands the PFC/PAUSE frames back as columns for the pause analysis. Reference
@@ -43,9 +43,8 @@ from netio.analyze.schema import SCHEMA_VERSION
 from netio.analyze.spreading import ASSUMPTIONS, FlowSeen, PauseEvent, build_chains
 from netio.analyze.storms import detect_storms
 from netio.analyze.units import format_ip_int, format_mac_int
-from netio.analyze.window import WindowScanner
 from netio.errors import CaptureError, CaptureWarning
-from netio.pcap.scan import CaptureScanner, ScanColumns
+from netio.pcap.scan import CaptureScanner, ScanColumns, WindowScanner
 from netio.wire.bth import OPCODE_TABLE
 from netio.wire.ext import NakCode, rnr_timer_s
 

@@ -20,9 +20,8 @@ from pcap_builders import SAMPLES, Outcome, block, epb, idb, shb
 from netio import native
 from netio.analyze.presets import small_dict
 from netio.analyze.scenario import generate, scenario_from_dict
-from netio.analyze.window import WindowScanner
 from netio.errors import CaptureError, CaptureWarning
-from netio.pcap.scan import CaptureScanner, ScanColumns
+from netio.pcap.scan import CaptureScanner, ScanColumns, WindowScanner
 
 REF = Path(__file__).parents[1] / ".." / "shared" / "rxe-lab" / "ref-rxe-rc.pcap"
 
