@@ -365,3 +365,43 @@ def test_each_qp_sends_with_its_dscp_ecn_and_source_port() -> None:
             assert verify_icrc(packet)
 
     asyncio.run(main())
+
+
+class _FakeCq:
+    """Stands in for a CompletionQueue: entries appear when the test says so."""
+
+    def __init__(self) -> None:
+        self.entries: list[str] = []
+
+    def poll(self, max_entries: int) -> list[str]:
+        out, self.entries = self.entries[:max_entries], self.entries[max_entries:]
+        return out
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
+def test_wait_cq_cancelled_as_a_completion_arrives_stays_cancelled() -> None:
+    """Ctrl-C (the task's cancellation) that coincides with a completion must not
+    be lost: asyncio.wait_for in 3.11 lost it, and a busy pingpong never stopped."""
+    async def main() -> None:
+        ip, _ = _loopback_pair()
+        driver = await SoftRoceDriver.open(ip, rx_mode=RxMode.UDP)
+        try:
+            cq = _FakeCq()
+            task = asyncio.ensure_future(driver.wait_cq(cq, timeout_s=30))  # type: ignore[arg-type]
+            await asyncio.sleep(0.01)  # the task now waits
+            cq.entries.append("completion")
+            driver._wake_waiters()  # the completion wakes the waiter ...
+            task.cancel()  # ... in the same loop iteration as the cancellation
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            # and a timeout is still a TimeoutError, in about the time asked
+            start = asyncio.get_running_loop().time()
+            with pytest.raises(TimeoutError, match=r"no completion within 0\.2 s"):
+                await driver.wait_cq(_FakeCq(), timeout_s=0.2)  # type: ignore[arg-type]
+            assert asyncio.get_running_loop().time() - start >= 0.19
+        finally:
+            await driver.close()
+
+    asyncio.run(main())

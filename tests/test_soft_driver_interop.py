@@ -8,7 +8,11 @@ import asyncio
 import contextlib
 import ipaddress
 import random
+import signal
 import struct
+import subprocess
+import sys
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -284,8 +288,169 @@ def test_pingpong_cli_fails_cleanly_without_a_server(capsys: pytest.CaptureFixtu
     code = pingpong_cli.main(["-n", "1", "-p", "1", "--bind", str(client_ip), "--timeout", "1",
                               "127.0.0.1"])
     assert code == pingpong_cli.EXIT_FAILED
+    out, err = capsys.readouterr()
+    # the person waiting is told why nothing happens, once, and then why it gave up
+    assert out.count("waiting for the server at 127.0.0.1:1 (Connection refused") == 1
+    assert err == ("netio pingpong: pingpong connect: no server at 127.0.0.1:1 after 1 s: "
+                   "Connection refused\n")
+    code = perftest_cli.main(["write", "-p", "1", "--timeout", "0.5", "127.0.0.1"])
+    assert code == perftest_cli.EXIT_FAILED
+    assert capsys.readouterr().err == ("netio perftest: perftest connect: no server at "
+                                       "127.0.0.1:1 after 0.5 s: Connection refused\n")
+
+
+@pytest.mark.parametrize(("argv", "what"), [
+    (["-p", "70000", "127.0.0.1"], "TCP port 70000 is not in 1..65535"),
+    (["-p", "0", "127.0.0.1"], "TCP port 0 is not in 1..65535"),
+    (["-p", "-1"], "TCP port -1 is not in 0..65535"),
+    (["-n", "99999999999999999999", "127.0.0.1"], "iterations (-n) 99999999999999999999"),
+    (["-s", "99999999999", "127.0.0.1"], "message size (-s) 99999999999 is not in"),
+    (["-r", "100000", "127.0.0.1"], "rx depth (-r) 100000 is not in 2..16384"),
+])
+def test_pingpong_cli_numbers_out_of_range(argv: list[str], what: str,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    assert pingpong_cli.main(argv) == pingpong_cli.EXIT_USAGE
     err = capsys.readouterr().err
-    assert "netio pingpong:" in err and "Traceback" not in err
+    assert err.startswith("netio pingpong: pingpong options: ") and what in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("argv", "what"), [
+    (["write", "-p", "65536", "127.0.0.1"], "TCP port 65536"),
+    (["write", "-n", "0", "127.0.0.1"], "iterations (-n) 0"),
+    (["read", "-s", "4294967296", "127.0.0.1"], "message size (-s) 4294967296"),
+    (["send", "-t", "0", "127.0.0.1"], "tx depth (-t) 0"),
+    (["send", "-r", "99999"], "rx depth (-r) 99999"),
+])
+def test_perftest_cli_numbers_out_of_range(argv: list[str], what: str,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    assert perftest_cli.main(argv) == perftest_cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("netio perftest: perftest options: ") and what in err
+
+
+@pytest.mark.parametrize("option", [["--timeout", "nan"], ["--timeout", "0"],
+                                    ["--timeout", "-3"], ["--delay-us", "-5"],
+                                    ["--reorder-us", "x"], ["--drop", "1.5"]])
+def test_driver_options_are_checked_by_argparse(option: list[str],
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    for run in (lambda: pingpong_cli.main([*option, "127.0.0.1"]),
+                lambda: perftest_cli.main(["write", *option, "127.0.0.1"])):
+        with pytest.raises(SystemExit) as ei:
+            run()
+        assert ei.value.code == 2
+        err = capsys.readouterr().err
+        assert f"argument {option[0]}" in err and "Traceback" not in err
+
+
+def test_port_in_use_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert pingpong_cli.main(["-p", str(port)]) == pingpong_cli.EXIT_FAILED
+        assert capsys.readouterr().err == (f"netio pingpong: pingpong server: cannot listen on "
+                                           f"TCP port {port}: Address already in use\n")
+        assert perftest_cli.main(["read", "-p", str(port)]) == perftest_cli.EXIT_FAILED
+        assert capsys.readouterr().err == (f"netio perftest: perftest server: cannot listen on "
+                                           f"TCP port {port}: Address already in use\n")
+
+
+def test_address_lines_follow_the_tools() -> None:
+    gid = ipaddress.IPv6Address("::ffff:10.77.0.2")
+    addr = PingpongAddress(lid=0, qpn=0x11, psn=0xABCDE, gid=gid)
+    # rc/uc_pingpong: "PSN 0x%06x, GID %s"; ud_pingpong's own line: "PSN 0x%06x: GID %s"
+    assert pingpong_cli.address_line("local", addr, QpType.RC) == (
+        "  local address:  LID 0x0000, QPN 0x000011, PSN 0x0abcde, GID ::ffff:10.77.0.2")
+    assert pingpong_cli.address_line("local", addr, QpType.UD) == (
+        "  local address:  LID 0x0000, QPN 0x000011, PSN 0x0abcde: GID ::ffff:10.77.0.2")
+    assert pingpong_cli.address_line("remote", addr, QpType.UD) == (
+        "  remote address: LID 0x0000, QPN 0x000011, PSN 0x0abcde, GID ::ffff:10.77.0.2")
+    keys = PerftestKeys(lid=0, out_reads=16, qpn=0x11, psn=0xABCDE, rkey=0x19E,
+                        vaddr=0x7E0000000000, gid=gid)
+    gid_line = " GID: 00:00:00:00:00:00:00:00:00:00:255:255:10:77:00:02"
+    # BASIC_ADDR_FMT " %s address: LID %#04x QPN %#06x PSN %#06x", READ_FMT " OUT %#04x",
+    # RDMA_FMT " RKey %#08x VAddr %#016llx", PERF_GID_FMT with %02d bytes
+    assert perftest_cli.keys_lines("local", keys, PerftestVerb.READ) == (
+        " local address: LID 0000 QPN 0x0011 PSN 0xabcde OUT 0x10 RKey 0x00019e "
+        "VAddr 0x007e0000000000\n" + gid_line)
+    assert perftest_cli.keys_lines("remote", keys, PerftestVerb.WRITE) == (
+        " remote address: LID 0000 QPN 0x0011 PSN 0xabcde RKey 0x00019e "
+        "VAddr 0x007e0000000000\n" + gid_line)
+    for verb in (PerftestVerb.SEND, PerftestVerb.ATOMIC):
+        assert perftest_cli.keys_lines("local", keys, verb) == (
+            " local address: LID 0000 QPN 0x0011 PSN 0xabcde\n" + gid_line)
+
+
+def test_server_stops_listening_once_its_client_is_accepted() -> None:
+    """The tools serve one client: a second one is refused, not left hanging."""
+    server_ip, client_ip = _loopback_pair()
+
+    async def main() -> None:
+        listener = PingpongListener()
+        await listener.listen(str(server_ip), 0)
+        port = listener.port
+        accepted = asyncio.Event()
+        base = dict(transport=QpType.RC, size_bytes=64, iters=200, timeout_s=20.0)
+        server = asyncio.ensure_future(run_pingpong(
+            PingpongConfig(local_ip=server_ip, **base), listener=listener,  # type: ignore[arg-type]
+            on_address=lambda side, _addr: accepted.set() if side == "remote" else None))
+        client = asyncio.ensure_future(run_pingpong(PingpongConfig(  # type: ignore[arg-type]
+            server=str(server_ip), port=port, local_ip=client_ip, **base)))
+        await asyncio.wait_for(accepted.wait(), 20)
+        with pytest.raises(ConnectionRefusedError):
+            await asyncio.open_connection(str(server_ip), port)
+        await client
+        await server
+
+    asyncio.run(main())
+
+
+def _spawn(*argv: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "netio.cli.main", *argv],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _read_until(proc: subprocess.Popen[str], needle: str, timeout_s: float = 30) -> None:
+    assert proc.stdout is not None
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        line = proc.stdout.readline()
+        if needle in line:
+            return
+        if not line and proc.poll() is not None:
+            break
+    raise AssertionError(f"{needle!r} not printed")
+
+
+@pytest.mark.slow
+def test_ctrl_c_mid_run_stops_both_commands_with_130() -> None:
+    server_ip, client_ip = _loopback_pair()
+    port = str(random.SystemRandom().randrange(20000, 30000))
+    for cmd in (["pingpong", "-n", "1000000"], ["perftest", "write", "-n", "100000000"]):
+        server = _spawn(*cmd, "-p", port, "--bind", str(server_ip))
+        client = None
+        try:
+            _read_until(server, "waiting for a client")
+            client = _spawn(*cmd, "-p", port, "--bind", str(client_ip), str(server_ip))
+            _read_until(client, "remote address")
+            time.sleep(0.5)  # mid-run: completions are arriving
+            client.send_signal(signal.SIGINT)
+            _, err = client.communicate(timeout=20)
+            assert client.returncode == 130 and err.endswith("interrupted\n"), err
+            # The server either saw its peer go (1) or is interrupted too (130; or
+            # killed by the signal when it arrives as the process exits anyway).
+            server.send_signal(signal.SIGINT)
+            _, err = server.communicate(timeout=20)
+            assert server.returncode in (1, 130, -signal.SIGINT), err
+            assert "Traceback" not in err
+        finally:
+            for proc in (server, client):
+                if proc is not None and proc.poll() is None:
+                    proc.kill()
+                    proc.communicate()
 
 
 def test_cli_runs_netio_against_netio(capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,13 +8,18 @@ connects to perftest's server. Options mean what perftest's do (``-s``, ``-n``,
 for copy-paste and ignored. Both sides need the same ``-s``/``-n``. Bandwidth
 is reported in MiB/s (perftest's "MB/sec") and the message rate in Mpps; as a
 WRITE/READ/ATOMIC server netio prints the client's report, as perftest does.
-Exit codes: 0 done; 1 the test failed; 2 bad arguments.
+netio measures no per-iteration peak: "BW peak" is the average.
+
+Exit codes: 0 done; 1 the test failed (no server, a failed completion, a
+timeout); 2 bad arguments; 130 interrupted (Ctrl-C); 141 the reader of the
+output went away (``| head``), quietly, as for a tool killed by SIGPIPE.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -37,6 +42,8 @@ from netio.interop.perftest import (
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
 _HEADER = (" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   "
            "MsgRate[Mpps]")
 _LINE = "-" * 87
@@ -84,11 +91,22 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
     add_driver_options(parser)
 
 
-def _keys_line(side: str, keys: PerftestKeys) -> str:
-    gid = keys.gid.ipv4_mapped
-    return (f" {side} address: LID {keys.lid:#06x} QPN {keys.qpn:#08x} PSN {keys.psn:#08x} "
-            f"OUT {keys.out_reads:#04x} RKey {keys.rkey:#010x} VAddr {keys.vaddr:#018x}\n"
-            f" GID: ::ffff:{gid}" if gid is not None else f" GID: {keys.gid}")
+def _c_hex(value: int, width: int) -> str:
+    """C's ``%#0<width>x``: ``0x`` and zeros to ``width`` characters in all, but
+    no ``0x`` for zero (``printf("%#04x", 0)`` is ``0000``)."""
+    return f"{value:0{width}x}" if value == 0 else f"{value:#0{width}x}"
+
+
+def keys_lines(side: str, keys: PerftestKeys, verb: PerftestVerb) -> str:
+    """perftest's ``ctx_print_pingpong_data``: the basic fields, then ``OUT`` for
+    READ and ``RKey``/``VAddr`` for READ and WRITE, then the GID byte by byte in decimal."""
+    line = (f" {side} address: LID {_c_hex(keys.lid, 4)} QPN {_c_hex(keys.qpn, 6)}"
+            f" PSN {_c_hex(keys.psn, 6)}")
+    if verb is PerftestVerb.READ:
+        line += f" OUT {_c_hex(keys.out_reads, 4)}"
+    if verb in (PerftestVerb.READ, PerftestVerb.WRITE):
+        line += f" RKey {_c_hex(keys.rkey, 8)} VAddr {_c_hex(keys.vaddr, 16)}"
+    return line + "\n GID: " + ":".join(f"{b:02d}" for b in keys.gid.packed)
 
 
 def _report_line(report: BwReport) -> str:
@@ -96,9 +114,11 @@ def _report_line(report: BwReport) -> str:
             f"         {report.bw_avg:<10.2f}           {report.msg_rate_mpps:<10.6f}")
 
 
-def _on_event(kind: str, value: object) -> None:
+def _on_event(verb: PerftestVerb, kind: str, value: object) -> None:
     if kind in ("local", "remote") and isinstance(value, PerftestKeys):
-        print(_keys_line(kind, value), flush=True)
+        print(keys_lines(kind, value, verb), flush=True)
+    elif kind == "waiting":
+        print(f"  {value}", flush=True)
     elif kind == "mtu":
         print(f" Mtu             : {value}[B]", flush=True)
     elif kind in ("report", "peer_report") and isinstance(value, BwReport):
@@ -109,13 +129,16 @@ def _on_event(kind: str, value: object) -> None:
 
 
 async def _run(config: PerftestConfig) -> PerftestResult:
+    def on_event(kind: str, value: object) -> None:
+        _on_event(config.verb, kind, value)
+
     if config.server is not None:
-        return await run_perftest(config, on_event=_on_event)
+        return await run_perftest(config, on_event=on_event)
     listener = PerftestListener()
     await listener.listen(None, config.port)
     try:
         print(f"  waiting for a client on TCP port {listener.port}", flush=True)
-        return await run_perftest(config, listener=listener, on_event=_on_event)
+        return await run_perftest(config, listener=listener, on_event=on_event)
     finally:
         await listener.close()
 
@@ -134,14 +157,29 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         result = asyncio.run(_run(config))
+    except BrokenPipeError:  # the reader of our output went away (| head): as SIGPIPE would
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
     except (ExchangeError, DriverSocketError, OSError) as exc:
         print(f"netio perftest: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    except KeyboardInterrupt:
+    except MemoryError:
+        print(f"netio perftest: cannot allocate the buffers for {config.message_bytes}-byte "
+              "messages (-s, -r)", file=sys.stderr)
         return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("netio perftest: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(f" netio {result.verb.value} {'client' if result.is_client else 'server'} done "
           f"(peer perftest {result.peer_version}, MTU {result.mtu_bytes})")
     return EXIT_OK
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's last flush stays quiet."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

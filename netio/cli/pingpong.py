@@ -8,14 +8,18 @@ tools (``-s``, ``-n``, ``-m``, ``-r``, ``-p``, ``--chk``); ``-g``, ``-d``,
 ``-i``, ``-l`` and ``-e`` are accepted for copy-paste and ignored (netio has
 one RoCEv2 GID, ``::ffff:<bind address>``, and polls). ``--chk`` checks every
 received message byte by byte against the ``--chk`` client's pattern, so the
-peer must use ``--chk`` too. Output follows the tools'. Exit codes: 0 done; 1 the test failed; 2 bad
-arguments.
+peer must use ``--chk`` too. Output follows the tools'.
+
+Exit codes: 0 done; 1 the test failed (no server, a failed completion, a
+timeout, a --chk mismatch); 2 bad arguments; 130 interrupted (Ctrl-C); 141 the reader of the
+output went away (``| head``), quietly, as for a tool killed by SIGPIPE.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -36,6 +40,8 @@ from netio.roce import QpType
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
 
 
 def register(subparsers: Any) -> None:
@@ -75,10 +81,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run, transport="rc")
 
 
-def _print_address(side: str, addr: PingpongAddress) -> None:
+def address_line(side: str, addr: PingpongAddress, transport: QpType) -> str:
+    """The tools' address line; ``ibv_ud_pingpong`` writes ``PSN ...: GID`` for its own."""
     label = "local address: " if side == "local" else "remote address:"
-    print(f"  {label} LID 0x{addr.lid:04x}, QPN 0x{addr.qpn:06x}, PSN 0x{addr.psn:06x}, "
-          f"GID {_gid_text(addr)}", flush=True)
+    sep = ":" if side == "local" and transport is QpType.UD else ","
+    return (f"  {label} LID 0x{addr.lid:04x}, QPN 0x{addr.qpn:06x}, PSN 0x{addr.psn:06x}{sep} "
+            f"GID {_gid_text(addr)}")
 
 
 def _gid_text(addr: PingpongAddress) -> str:
@@ -102,11 +110,19 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         result = asyncio.run(_run(config))
+    except BrokenPipeError:  # the reader of our output went away (| head): as SIGPIPE would
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
     except (ExchangeError, DriverSocketError, OSError) as exc:
         print(f"netio pingpong: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    except KeyboardInterrupt:
+    except MemoryError:
+        print(f"netio pingpong: cannot allocate the {size}-byte message buffer (-s)",
+              file=sys.stderr)
         return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("netio pingpong: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(f"{result.bytes_total} bytes in {result.duration_s:.2f} seconds = "
           f"{result.mbit_per_s:.2f} Mbit/sec")
     print(f"{result.iters} iters in {result.duration_s:.2f} seconds = "
@@ -116,16 +132,30 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _note(text: str) -> None:
+    print(f"  {text}", flush=True)
+
+
 async def _run(config: PingpongConfig) -> PingpongResult:
+    def on_address(side: str, addr: PingpongAddress) -> None:
+        print(address_line(side, addr, config.transport), flush=True)
+
     if config.server is not None:
-        return await run_pingpong(config, on_address=_print_address)
+        return await run_pingpong(config, on_address=on_address, on_waiting=_note)
     listener = PingpongListener()
     await listener.listen(None, config.port)
     try:
-        print(f"  waiting for a client on TCP port {listener.port}", flush=True)
-        return await run_pingpong(config, listener=listener, on_address=_print_address)
+        _note(f"waiting for a client on TCP port {listener.port}")
+        return await run_pingpong(config, listener=listener, on_address=on_address)
     finally:
         await listener.close()
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's last flush stays quiet."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

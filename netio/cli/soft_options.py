@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import math
 from typing import Any
 
 from netio.backends.soft import RxMode
@@ -19,6 +20,26 @@ def _probability(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"{value} is not a probability in [0, 1]")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text} s: must be a positive number of seconds")
+    return value
+
+
+def _microseconds(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of µs") from None
+    if not 0 <= value <= 10_000_000:
+        raise argparse.ArgumentTypeError(f"{value} µs is not in 0..10000000 (10 s)")
     return value
 
 
@@ -38,15 +59,16 @@ def add_driver_options(parser: argparse.ArgumentParser) -> None:
                        help="receive through a raw socket (exact ICRC check; needs "
                             "CAP_NET_RAW) or a UDP socket (ICRC checked without the IP ID); "
                             "auto: raw when permitted")
-    group.add_argument("--timeout", type=float, default=60.0, metavar="S",
-                       help="give up after S seconds without a completion (default 60)")
+    group.add_argument("--timeout", type=_seconds, default=60.0, metavar="S",
+                       help="give up after S seconds without a completion; a client also "
+                            "retries connecting to its server for that long (default 60)")
     lossy = parser.add_argument_group("lossy link (this endpoint's egress, seeded)")
     for name in ("drop", "duplicate", "corrupt", "reorder", "delay"):
         lossy.add_argument(f"--{name}", type=_probability, default=0.0, metavar="P",
                            help=f"probability to {name} each datagram")
-    lossy.add_argument("--delay-us", type=int, default=2000, metavar="US",
+    lossy.add_argument("--delay-us", type=_microseconds, default=2000, metavar="US",
                        help="longest extra delay of a delayed datagram (default 2000)")
-    lossy.add_argument("--reorder-us", type=int, default=500, metavar="US",
+    lossy.add_argument("--reorder-us", type=_microseconds, default=500, metavar="US",
                        help="longest hold-back of a reordered datagram (default 500)")
     lossy.add_argument("--seed", type=int, default=0, help="lossy link seed (default 0)")
 

@@ -30,13 +30,13 @@ import asyncio
 import enum
 import ipaddress
 import random
-import socket
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from netio.backends.soft import DriverStats, RxMode, SoftRoceDriver
 from netio.errors import ExchangeError
+from netio.interop import tcp
 from netio.roce import (
     Access,
     Completion,
@@ -52,6 +52,7 @@ from netio.roce import (
     WcStatus,
     WrOpcode,
 )
+from netio.roce.verbs import MAX_MESSAGE_BYTES
 
 DEFAULT_PORT = 18515
 #: What netio announces as its perftest version: the version of the perftest
@@ -194,18 +195,12 @@ class PerftestChannel:
 
     @classmethod
     async def connect(cls, host: str, port: int = DEFAULT_PORT, *,
-                      timeout_s: float = 30.0) -> PerftestChannel:
+                      timeout_s: float = 30.0,
+                      on_waiting: Callable[[str], None] | None = None) -> PerftestChannel:
         """Connect as the client, retrying until the server listens."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while True:
-            try:
-                reader, writer = await asyncio.open_connection(host, port)
-                return cls(reader, writer, is_client=True)
-            except OSError as exc:
-                if loop.time() >= deadline:
-                    raise ExchangeError("perftest connect", f"{host}:{port}: {exc}") from exc
-                await asyncio.sleep(0.1)
+        reader, writer = await tcp.connect(host, port, timeout_s=timeout_s,
+                                           step="perftest connect", on_waiting=on_waiting)
+        return cls(reader, writer, is_client=True)
 
     async def xchg(self, mine: bytes, step: str) -> bytes:
         """``ctx_xchg_data``: the client writes then reads; the server reads
@@ -315,7 +310,7 @@ class PerftestListener:
         async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             await self._accepted.put(PerftestChannel(reader, writer, is_client=False))
 
-        self._server = await asyncio.start_server(on_client, host, port, reuse_address=True)
+        self._server = await tcp.listen(on_client, host, port, "perftest server")
 
     @property
     def port(self) -> int:
@@ -375,10 +370,15 @@ class PerftestConfig:
     fault_seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.iters < 1 or self.tx_depth < 1 or self.rx_depth < 1:
-            raise ExchangeError("perftest options", "iterations and depths must be >= 1")
-        if self.size_bytes is not None and self.size_bytes < 1:
-            raise ExchangeError("perftest options", "the message size must be at least 1 byte")
+        step = "perftest options"
+        tcp.check_options(step, client=self.server is not None, port=self.port,
+                          timeout_s=self.timeout_s)
+        # perftest sends the iterations as a 64-bit field of its report
+        tcp.check_range(step, "iterations (-n)", self.iters, 1, (1 << 63) - 1)
+        tcp.check_range(step, "tx depth (-t)", self.tx_depth, 1, tcp.MAX_QUEUE_DEPTH)
+        tcp.check_range(step, "rx depth (-r)", self.rx_depth, 1, tcp.MAX_QUEUE_DEPTH)
+        if self.size_bytes is not None:
+            tcp.check_range(step, "message size (-s)", self.size_bytes, 1, MAX_MESSAGE_BYTES)
         if self.verb is PerftestVerb.ATOMIC and self.size_bytes not in (None, ATOMIC_SIZE_BYTES):
             raise ExchangeError("perftest options", "atomic operations are 8 bytes")
         mtu_to_enum(self.mtu_bytes)
@@ -428,37 +428,32 @@ def _ipv4_of(gid: ipaddress.IPv6Address) -> ipaddress.IPv4Address:
     return mapped
 
 
-def _route_source_ip(host: str, port: int) -> ipaddress.IPv4Address:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect((host, port))
-        except OSError as exc:
-            raise ExchangeError("perftest route", f"no route to {host}: {exc}") from exc
-        return ipaddress.IPv4Address(probe.getsockname()[0])
-
-
 async def run_perftest(config: PerftestConfig, *, listener: PerftestListener | None = None,
                        on_event: Callable[[str, object], None] | None = None,
                        ) -> PerftestResult:
     """Run one perftest bandwidth test against perftest (or another netio).
 
-    ``on_event(kind, value)`` reports progress: ``("local"|"remote", keys)``,
-    ``("mtu", bytes)``, ``("report"|"peer_report", BwReport)``."""
+    As the server, ``listener`` (listening already) may be given; otherwise one
+    is opened on ``config.port``; either way it is closed once the client is
+    accepted, as perftest serves one client. ``on_event(kind, value)`` reports
+    progress: ``("waiting", text)`` when a client's first connection attempt
+    fails and it keeps retrying, ``("local"|"remote", keys)``, ``("mtu",
+    bytes)``, ``("report"|"peer_report", BwReport)``."""
     if config.server is None:
-        own = listener is None
         if listener is None:
             listener = PerftestListener()
             await listener.listen(None, config.port)
         try:
             channel = await listener.accept()
         finally:
-            if own:
-                await listener.close()
+            await listener.close()
         local_ip = config.local_ip or ipaddress.IPv4Address(channel.local_ip)
     else:
-        local_ip = config.local_ip or _route_source_ip(config.server, config.port)
+        local_ip = config.local_ip or tcp.route_source_ip(config.server, config.port,
+                                                          "perftest route")
+        waiting = None if on_event is None else (lambda text: on_event("waiting", text))
         channel = await PerftestChannel.connect(config.server, config.port,
-                                                timeout_s=config.timeout_s)
+                                                timeout_s=config.timeout_s, on_waiting=waiting)
     try:
         driver = await SoftRoceDriver.open(local_ip, rx_mode=config.rx_mode,
                                            faults=config.faults, fault_seed=config.fault_seed)
@@ -561,7 +556,7 @@ class _PerftestRun:
             completions = await self.driver.wait_cq(cq, 64, timeout_s=self.config.timeout_s)
         except TimeoutError:
             raise ExchangeError(
-                "perftest", f"no completion for {self.config.timeout_s} s after {done} {what} "
+                "perftest", f"no completion for {self.config.timeout_s:g} s after {done} {what} "
                 f"({self.driver.engine.stats}, {self.driver.stats})") from None
         for wc in completions:
             if wc.status is not WcStatus.SUCCESS:

@@ -27,12 +27,12 @@ import dataclasses
 import ipaddress
 import random
 import re
-import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from netio.backends.soft import DriverStats, RxMode, SoftRoceDriver
 from netio.errors import ExchangeError
+from netio.interop import tcp
 from netio.roce import (
     Access,
     LinkFaults,
@@ -45,6 +45,7 @@ from netio.roce import (
     WcStatus,
     WrOpcode,
 )
+from netio.roce.verbs import MAX_MESSAGE_BYTES
 
 DEFAULT_PORT = 18515
 #: ``sizeof "0000:000000:000000:00000000000000000000000000000000"``.
@@ -122,24 +123,15 @@ async def _read_exact(reader: asyncio.StreamReader, nbytes: int, step: str) -> b
 
 async def client_exchange(
     host: str, port: int, mine: PingpongAddress, *, connect_timeout_s: float = 30.0,
-    local_host: str | None = None,
+    local_host: str | None = None, on_waiting: Callable[[str], None] | None = None,
 ) -> PingpongAddress:
     """The client side (``pp_client_exch_dest``): send ours, read theirs, send "done".
 
     Connection attempts are retried until ``connect_timeout_s``, so the client
-    may start before the server listens."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + connect_timeout_s
-    while True:
-        try:
-            reader, writer = await asyncio.open_connection(
-                host, port, local_addr=(local_host, 0) if local_host else None
-            )
-            break
-        except OSError as exc:
-            if loop.time() >= deadline:
-                raise ExchangeError("pingpong connect", f"{host}:{port}: {exc}") from exc
-            await asyncio.sleep(0.1)
+    may start before the server listens (``on_waiting`` hears about it once)."""
+    reader, writer = await tcp.connect(host, port, timeout_s=connect_timeout_s,
+                                       step="pingpong connect", local_host=local_host,
+                                       on_waiting=on_waiting)
     try:
         writer.write(mine.encode())
         await writer.drain()
@@ -164,7 +156,7 @@ class PingpongListener:
         async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             await self._accepted.put(PingpongConnection(reader, writer))
 
-        self._server = await asyncio.start_server(on_client, host, port, reuse_address=True)
+        self._server = await tcp.listen(on_client, host, port, "pingpong server")
 
     @property
     def port(self) -> int:
@@ -271,10 +263,12 @@ class PingpongConfig:
     psn: int | None = None
 
     def __post_init__(self) -> None:
-        if self.size_bytes < 1:
-            raise ExchangeError("pingpong options", "the message size must be at least 1 byte")
-        if self.iters < 1 or self.rx_depth < 2:
-            raise ExchangeError("pingpong options", "iterations >= 1 and rx depth >= 2 needed")
+        step = "pingpong options"
+        tcp.check_options(step, client=self.server is not None, port=self.port,
+                          timeout_s=self.timeout_s)
+        tcp.check_range(step, "message size (-s)", self.size_bytes, 1, MAX_MESSAGE_BYTES)
+        tcp.check_range(step, "iterations (-n)", self.iters, 1, tcp.MAX_INT_ITERS)
+        tcp.check_range(step, "rx depth (-r)", self.rx_depth, 2, tcp.MAX_QUEUE_DEPTH)
         if self.mtu_bytes not in (256, 512, 1024, 2048, 4096):
             raise ExchangeError("pingpong options", f"MTU {self.mtu_bytes} is not an IB MTU")
         if self.transport is QpType.UD and self.size_bytes > self.mtu_bytes:
@@ -309,16 +303,6 @@ class PingpongResult:
         return self.duration_s * 1e6 / self.iters
 
 
-def _route_source_ip(host: str, port: int) -> ipaddress.IPv4Address:
-    """The source address the kernel picks for ``host`` (a connected UDP socket)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect((host, port))
-        except OSError as exc:
-            raise ExchangeError("pingpong route", f"no route to {host}: {exc}") from exc
-        return ipaddress.IPv4Address(probe.getsockname()[0])
-
-
 def _gid_ipv4(gid: ipaddress.IPv6Address, step: str) -> ipaddress.IPv4Address:
     mapped = gid.ipv4_mapped
     if mapped is None:
@@ -329,39 +313,41 @@ def _gid_ipv4(gid: ipaddress.IPv6Address, step: str) -> ipaddress.IPv4Address:
 async def run_pingpong(config: PingpongConfig, *,
                        listener: PingpongListener | None = None,
                        on_address: Callable[[str, PingpongAddress], None] | None = None,
+                       on_waiting: Callable[[str], None] | None = None,
                        ) -> PingpongResult:
     """Run one pingpong test against a libibverbs example (or another netio).
 
     As the server, ``listener`` (listening already) may be given; otherwise
-    one is opened on ``config.port``. ``on_address("local"|"remote", addr)`` is
-    called as the tools print their addresses."""
+    one is opened on ``config.port``. Either way it is closed once the client
+    is accepted: the tools serve one client. ``on_address("local"|"remote",
+    addr)`` is called as the tools print their addresses, ``on_waiting(text)``
+    when a client's first connection attempt fails and it keeps retrying."""
     conn: PingpongConnection | None = None
-    own_listener = False
     if config.server is None:
         if listener is None:
             listener = PingpongListener()
             await listener.listen(None, config.port)
-            own_listener = True
         try:
             conn = await listener.accept()
         finally:
-            if own_listener:
-                await listener.close()
+            await listener.close()
         local_ip = config.local_ip or ipaddress.IPv4Address(conn.local_ip)
     else:
-        local_ip = config.local_ip or _route_source_ip(config.server, config.port)
+        local_ip = config.local_ip or tcp.route_source_ip(config.server, config.port,
+                                                          "pingpong route")
 
     driver = await SoftRoceDriver.open(local_ip, rx_mode=config.rx_mode, faults=config.faults,
                                        fault_seed=config.fault_seed)
     try:
-        return await _run(config, driver, conn, on_address)
+        return await _run(config, driver, conn, on_address, on_waiting)
     finally:
         await driver.close()
 
 
 async def _run(config: PingpongConfig, driver: SoftRoceDriver,
                conn: PingpongConnection | None,
-               on_address: Callable[[str, PingpongAddress], None] | None) -> PingpongResult:
+               on_address: Callable[[str, PingpongAddress], None] | None,
+               on_waiting: Callable[[str], None] | None) -> PingpongResult:
     engine = driver.engine
     ud = config.transport is QpType.UD
     data_offset = UD_GRH_BYTES if ud else 0
@@ -412,7 +398,8 @@ async def _run(config: PingpongConfig, driver: SoftRoceDriver,
         if config.server is None:
             raise ExchangeError("pingpong", "a client needs a server address")
         theirs = await client_exchange(config.server, config.port, mine,
-                                       connect_timeout_s=config.timeout_s)
+                                       connect_timeout_s=config.timeout_s,
+                                       on_waiting=on_waiting)
         await connect(theirs)
     if on_address is not None:
         on_address("remote", theirs)
@@ -437,9 +424,12 @@ async def _run(config: PingpongConfig, driver: SoftRoceDriver,
         try:
             completions = await driver.wait_cq(cq, 2, timeout_s=config.timeout_s)
         except TimeoutError:
+            hint = "" if not ud and config.transport is not QpType.UC else (
+                "; UC and UD do not retransmit, so one lost message stalls the test "
+                "(as it does the tools)")
             raise ExchangeError(
-                "pingpong", f"no completion for {config.timeout_s} s after {scnt} sends and "
-                f"{rcnt} receives ({engine.stats}, {driver.stats})") from None
+                "pingpong", f"no completion for {config.timeout_s:g} s after {scnt} sends and "
+                f"{rcnt} receives{hint} ({engine.stats}, {driver.stats})") from None
         for wc in completions:
             if wc.status is not WcStatus.SUCCESS:
                 raise ExchangeError(

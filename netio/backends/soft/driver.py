@@ -79,6 +79,11 @@ class DriverConfig:
     fault_seed: int = 0
 
 
+def _expire(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_exception(TimeoutError())
+
+
 @dataclass(slots=True)
 class _Waiter:
     cq: CompletionQueue
@@ -204,21 +209,28 @@ class SoftRoceDriver:
                       timeout_s: float | None = None) -> list[Completion]:
         """Completions from ``cq``, waiting until there is at least one.
 
-        Raises TimeoutError after ``timeout_s`` without any."""
+        Raises TimeoutError after ``timeout_s`` without any. The timeout is a
+        timer on the waiter's future rather than ``asyncio.wait_for``, which in
+        Python 3.11 loses a cancellation (Ctrl-C) that arrives as a completion
+        wakes the waiter: a busy test loop would then never stop."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout_s is None else loop.time() + timeout_s
         while True:
             entries = cq.poll(max_entries)
             if entries:
                 return entries
+            if deadline is not None and loop.time() >= deadline:
+                raise TimeoutError(f"no completion within {timeout_s} s")
             waiter = _Waiter(cq, loop.create_future())
             self._waiters.append(waiter)
+            timer = None if deadline is None else loop.call_at(deadline, _expire, waiter.future)
             try:
-                remaining = None if deadline is None else deadline - loop.time()
-                if remaining is not None and remaining <= 0:
-                    raise TimeoutError(f"no completion within {timeout_s} s")
-                await asyncio.wait_for(waiter.future, remaining)
+                await waiter.future
+            except TimeoutError:
+                raise TimeoutError(f"no completion within {timeout_s} s") from None
             finally:
+                if timer is not None:
+                    timer.cancel()
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
 

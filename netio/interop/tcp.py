@@ -1,0 +1,92 @@
+"""The TCP side both tool exchanges share: connecting with retries, listening,
+the source address the kernel would use, and the limits of their common options.
+
+Every failure is an :class:`ExchangeError` that says what and where in one line
+(``pingpong connect: no server at 127.0.0.1:18515 after 60 s: Connection refused``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import math
+import os
+import socket
+from collections.abc import Awaitable, Callable
+
+from netio.errors import ExchangeError
+
+#: Work requests in flight and receives posted at a time (``-t``, ``-r``): at most
+#: rxe's historical ``RXE_MAX_QP_WR`` (0x4000), which the tools cannot exceed there either.
+MAX_QUEUE_DEPTH = 0x4000
+#: ``-n``: the pingpong examples count iterations in a C ``int``.
+MAX_INT_ITERS = (1 << 31) - 1
+RETRY_INTERVAL_S = 0.1
+
+ConnectionHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+def _why(exc: OSError) -> str:
+    """``Connection refused`` rather than asyncio's ``[Errno 111] Connect call failed (...)``."""
+    if isinstance(exc, socket.gaierror):
+        return exc.strerror or str(exc)
+    return os.strerror(exc.errno) if exc.errno else str(exc)
+
+
+def check_options(step: str, *, client: bool, port: int, timeout_s: float) -> None:
+    """The options both commands share: the TCP port and the timeout."""
+    low = 1 if client else 0
+    if not low <= port <= 65535:
+        raise ExchangeError(step, f"TCP port {port} is not in {low}..65535")
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise ExchangeError(step, f"timeout {timeout_s} s must be a positive number of seconds")
+
+
+def check_range(step: str, what: str, value: int, low: int, high: int) -> None:
+    if not low <= value <= high:
+        raise ExchangeError(step, f"{what} {value} is not in {low}..{high}")
+
+
+async def connect(host: str, port: int, *, timeout_s: float, step: str,
+                  local_host: str | None = None,
+                  on_waiting: Callable[[str], None] | None = None,
+                  ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Connect to the tool's server, retrying for ``timeout_s`` (the server may
+    start after the client). ``on_waiting(text)`` is called once, when the first
+    attempt fails, so that a person sees why nothing happens yet."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    told = False
+    while True:
+        try:
+            return await asyncio.open_connection(
+                host, port, local_addr=(local_host, 0) if local_host else None)
+        except OSError as exc:
+            if loop.time() >= deadline:
+                raise ExchangeError(step, f"no server at {host}:{port} after {timeout_s:g} s: "
+                                          f"{_why(exc)}") from exc
+            if on_waiting is not None and not told:
+                on_waiting(f"waiting for the server at {host}:{port} ({_why(exc)}; "
+                           f"retrying for up to {timeout_s:g} s)")
+                told = True
+            await asyncio.sleep(RETRY_INTERVAL_S)
+
+
+async def listen(handler: ConnectionHandler, host: str | None, port: int,
+                 step: str) -> asyncio.Server:
+    """Listen like the tools (every address unless ``host``)."""
+    try:
+        return await asyncio.start_server(handler, host, port, reuse_address=True)
+    except OSError as exc:
+        where = f"{host}:{port}" if host else f"TCP port {port}"
+        raise ExchangeError(step, f"cannot listen on {where}: {_why(exc)}") from exc
+
+
+def route_source_ip(host: str, port: int, step: str) -> ipaddress.IPv4Address:
+    """The source address the kernel picks for ``host`` (a connected UDP socket)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect((host, port))
+        except OSError as exc:
+            raise ExchangeError(step, f"no route to {host}: {_why(exc)}") from exc
+        return ipaddress.IPv4Address(probe.getsockname()[0])
