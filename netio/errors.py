@@ -97,6 +97,9 @@ class DriverSocketError(NetioError, OSError):
     def __init__(self, what: str, err: OSError) -> None:
         super().__init__(err.errno or 0, f"{what}: {err.strerror or err}")
 
+    def __str__(self) -> str:  # what and why, without OSError's "[Errno N]" prefix
+        return str(self.strerror)
+
 
 class RoceError(NetioError, ValueError):
     """A local verbs call was invalid (bad QP state or transition, bad work request)."""

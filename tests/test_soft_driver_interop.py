@@ -480,3 +480,20 @@ def test_cli_runs_netio_against_netio(capsys: pytest.CaptureFixture[str]) -> Non
     assert client == 0 and codes == [0, 0]
     out = capsys.readouterr().out
     assert "netio write client done" in out and "netio write server done" in out
+
+
+def test_driver_errors_say_what_to_do() -> None:
+    import argparse
+    import errno
+
+    from netio.cli.soft_options import driver_error_text
+    from netio.errors import DriverSocketError
+
+    refused = DriverSocketError("raw IPv4 socket", OSError(errno.EPERM, "Operation not permitted"))
+    assert driver_error_text(refused, argparse.Namespace(rx_mode="raw")) == (
+        "raw IPv4 socket: Operation not permitted (--rx-mode raw needs CAP_NET_RAW: run as "
+        "root, or use --rx-mode udp)")
+    busy = DriverSocketError("UDP socket 127.0.0.1:4791",
+                             OSError(errno.EADDRINUSE, "Address already in use"))
+    assert driver_error_text(busy, argparse.Namespace(rx_mode="auto")) == (
+        "UDP socket 127.0.0.1:4791: Address already in use")

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from netio.backends.soft import RxMode
-from netio.cli.soft_options import add_driver_options, faults_from_args
+from netio.cli.soft_options import add_driver_options, driver_error_text, faults_from_args
 from netio.errors import DriverSocketError, ExchangeError
 from netio.interop.perftest import (
     DEFAULT_PORT,
@@ -160,7 +160,10 @@ def run(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # the reader of our output went away (| head): as SIGPIPE would
         _quiet_stdout()
         return EXIT_BROKEN_PIPE
-    except (ExchangeError, DriverSocketError, OSError) as exc:
+    except DriverSocketError as exc:
+        print(f"netio perftest: {driver_error_text(exc, args)}", file=sys.stderr)
+        return EXIT_FAILED
+    except (ExchangeError, OSError) as exc:
         print(f"netio perftest: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except MemoryError:

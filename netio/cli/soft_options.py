@@ -5,6 +5,7 @@ lossy link on this endpoint's egress."""
 from __future__ import annotations
 
 import argparse
+import errno
 import ipaddress
 import math
 from typing import Any
@@ -71,6 +72,15 @@ def add_driver_options(parser: argparse.ArgumentParser) -> None:
     lossy.add_argument("--reorder-us", type=_microseconds, default=500, metavar="US",
                        help="longest hold-back of a reordered datagram (default 500)")
     lossy.add_argument("--seed", type=int, default=0, help="lossy link seed (default 0)")
+
+
+def driver_error_text(exc: OSError, args: Any) -> str:
+    """The driver's error, with what to do when a raw socket was refused."""
+    text = str(exc)
+    if exc.errno in (errno.EPERM, errno.EACCES) and "raw" in text:
+        text += (" (--rx-mode raw needs CAP_NET_RAW: run as root, or use --rx-mode udp)"
+                 if args.rx_mode == "raw" else "")
+    return text
 
 
 def faults_from_args(args: Any) -> LinkFaults | None:
