@@ -30,7 +30,10 @@ Model (stated so the truth is unambiguous):
 - Pauses: the port's ``src_mac`` sends XOFF with ``quanta`` every ``refresh_s``
   from ``start_s`` for ``duration_s`` and, when ``xon``, an XON at the end.
   Flows whose hop on that port is addressed to the pausing MAC, at a paused
-  priority, transmit nothing while paused and then drain at line rate.
+  priority, transmit nothing while paused and then drain at line rate. So do
+  READ responses (the data of a read flow, sent B→A) when the hop's requester
+  side MAC pauses; ACKs, NAKs and CNPs are never held back (a simplification:
+  they are few and small).
 """
 
 from __future__ import annotations
@@ -483,14 +486,19 @@ def _wire_bytes(payload: int, ext: int = 0) -> int:
 
 
 def _flow_rows(flow: FlowSpec, fidx: int, t0: int, paused: Sequence[tuple[int, int]],
-               link_bps: int) -> tuple[Rows, FlowTruth]:
-    """All packets of one flow on its (first) link, with the truth about them."""
+               link_bps: int, responses_paused: Sequence[tuple[int, int]] = ()
+               ) -> tuple[Rows, FlowTruth]:
+    """All packets of one flow on its (first) link, with the truth about them.
+
+    ``paused``: when the requests may not leave; ``responses_paused``: when READ
+    responses may not."""
     truth = FlowTruth()
     per_msg = max(1, -(-flow.message_bytes // flow.pmtu))
     ser_ns = max(1, round(_wire_bytes(flow.pmtu) * 8e9 / link_bps))
     start = t0 + flow.start_ns
     if flow.op == "read":
-        return _read_rows(flow, fidx, start, per_msg, ser_ns, paused, truth)
+        return _read_rows(flow, fidx, start, per_msg, ser_ns, paused, responses_paused,
+                          truth)
     n = flow.messages * per_msg
     gap_ns = max(ser_ns, round(flow.pmtu * 8e9 / flow.rate_bps))
     ops = _WRITE_OPS if flow.op == "write" else _SEND_OPS
@@ -580,7 +588,8 @@ def _flow_rows(flow: FlowSpec, fidx: int, t0: int, paused: Sequence[tuple[int, i
 
 
 def _read_rows(flow: FlowSpec, fidx: int, start: int, per_msg: int, ser_ns: int,
-               paused: Sequence[tuple[int, int]], truth: FlowTruth) -> tuple[Rows, FlowTruth]:
+               paused: Sequence[tuple[int, int]], responses_paused: Sequence[tuple[int, int]],
+               truth: FlowTruth) -> tuple[Rows, FlowTruth]:
     m = flow.messages
     msg_gap = max(ser_ns * per_msg, round(flow.message_bytes * 8e9 / flow.rate_bps))
     req_ts = _defer(start + np.arange(m, dtype=np.int64) * msg_gap, paused, ser_ns)
@@ -595,7 +604,8 @@ def _read_rows(flow: FlowSpec, fidx: int, start: int, per_msg: int, ser_ns: int,
     pay = _payloads(m, per_msg, flow.message_bytes, flow.pmtu)
     idx = np.arange(m * per_msg, dtype=np.int64)
     msg_of = idx // per_msg
-    resp_ts = _drain(req_ts[msg_of] + flow.read_delay_ns + (idx % per_msg) * ser_ns, ser_ns)
+    resp_ts = _defer(req_ts[msg_of] + flow.read_delay_ns + (idx % per_msg) * ser_ns,
+                     responses_paused, ser_ns)
     has_aeth = first | last
     ce = _ce_mask(resp_ts, flow.ce, start - flow.start_ns)
     parts.append(Rows.make(idx.size, ts_ns=resp_ts, kind=Kind.ROCE, flow=fidx, dir=1,
@@ -701,10 +711,13 @@ def build(scenario: Scenario, opts: AnalysisOptions = DEFAULT_OPTIONS
     flow_truth: list[FlowTruth] = []
     for fidx, f in enumerate(scenario.flows):
         paused: list[tuple[int, int]] = []
+        responses_paused: list[tuple[int, int]] = []
         for h in f.hops:
             paused.extend(paused_by.get((h.port, h.dst_mac, f.priority), []))
+            responses_paused.extend(paused_by.get((h.port, h.src_mac, f.priority), []))
         paused.sort()
-        rows, truth = _flow_rows(f, fidx, t0, paused, link[f.hops[0].port])
+        responses_paused.sort()
+        rows, truth = _flow_rows(f, fidx, t0, paused, link[f.hops[0].port], responses_paused)
         flow_truth.append(truth)
         for h in f.hops:
             r = Rows({k: v.copy() for k, v in rows.cols.items()})
