@@ -140,7 +140,7 @@ def analyze(paths: Sequence[str], opts: AnalysisOptions, *, use_native: bool | N
     done_before = 0
     captures: list[dict[str, Any]] = []
     queues: list[tuple[QueueState, dict[str, Any]]] = []
-    flow_results: list[tuple[str, FlowResults]] = []
+    flow_results: list[tuple[str, FlowResults, int | None]] = []
     warnings: list[str] = []
     for cap in inputs:
         link = opts.link_for(cap.name)
@@ -194,7 +194,7 @@ def analyze(paths: Sequence[str], opts: AnalysisOptions, *, use_native: bool | N
         for q in run.queues:
             queues.append((q, entry))
         if run.flows is not None:
-            flow_results.append((cap.name, run.flows))
+            flow_results.append((cap.name, run.flows, run.last))
     return _document(captures, queues, flow_results, warnings, origin, opts, use_native)
 
 
@@ -379,13 +379,20 @@ def _read_responses(fr: FlowResults, rid: int | None) -> dict[str, int] | None:
             "out_of_order_packets": ooo, "retransmitted_packets": dups + ooo}
 
 
+def _throughput_doc(fr: FlowResults, fid: int, interval_ns: int) -> dict[str, Any]:
+    """Data throughput per interval, sparse: only the intervals that carried data."""
+    bins, vals = fr.series.get(fid, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+    interval_s = interval_ns / 1e9
+    return {"interval_s": interval_s, "start_s": [b * interval_ns / 1e9 for b in bins.tolist()],
+            "bps": [v * 8 / interval_s for v in vals.tolist()]}
+
+
 def _flow_docs(capture: str, fr: FlowResults, opts: AnalysisOptions,
                origin: int) -> list[dict[str, Any]]:
     c = fr.c
     docs = []
     shown: set[int] = set()
     order = sorted(range(fr.n), key=lambda f: -int(c["bytes"][f]))
-    interval_s = opts.interval_ns / 1e9
     for fid in order:
         if fid in shown:
             continue
@@ -402,7 +409,6 @@ def _flow_docs(capture: str, fr: FlowResults, opts: AnalysisOptions,
         req = int(c["requests"][fid])
         retx = int(c["dups"][fid] + c["ooo"][fid])
         dur = max(1, int(c["last_ts"][fid] - c["first_ts"][fid]))
-        bins, vals = fr.series.get(fid, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
         rnr_codes = int(c["rnr_codes"][rid]) if rid is not None else 0
         doc: dict[str, Any] = {
             "capture": capture, "src_ip": _ip(key.src_ip, key.ipv6),
@@ -428,9 +434,7 @@ def _flow_docs(capture: str, fr: FlowResults, opts: AnalysisOptions,
             "icrc_failures": int(c["icrc_bad"][fid]),
             "icrc_checked_packets": int(c["icrc_checked"][fid]),
             "ecn": _ecn_doc(fr, fid),
-            "throughput": {"interval_s": interval_s,
-                           "start_s": [b * opts.interval_ns / 1e9 for b in bins.tolist()],
-                           "bps": [v * 8 / interval_s for v in vals.tolist()]},
+            "throughput": _throughput_doc(fr, fid, opts.interval_ns),
             "reverse": None,
         }
         if rid is not None:
@@ -441,9 +445,25 @@ def _flow_docs(capture: str, fr: FlowResults, opts: AnalysisOptions,
                 "opcodes": _opcodes(fr, rid), "ecn": _ecn_doc(fr, rid),
                 "icrc_failures": int(c["icrc_bad"][rid]),
                 "request_packets": int(c["requests"][rid]),
+                "throughput": _throughput_doc(fr, rid, opts.interval_ns),
             }
         docs.append(doc)
     return docs
+
+
+def _ecn_series_doc(fr: FlowResults, last_ns: int | None, origin: int,
+                    interval_ns: int) -> dict[str, Any]:
+    """CE marks and CNPs per interval, both lists covering the capture to its last packet
+    (at most ``MAX_SERIES_INTERVALS`` intervals; empty without packets)."""
+    span = 0 if last_ns is None else max(0, last_ns - origin) // interval_ns + 1
+    n = max(len(fr.ce_series), len(fr.cnp_series), min(MAX_SERIES_INTERVALS, span))
+
+    def padded(x: npt.NDArray[np.int64]) -> list[int]:
+        out: list[int] = x.tolist()
+        return out + [0] * (n - len(out))
+
+    return {"interval_s": interval_ns / 1e9, "ce_packets": padded(fr.ce_series),
+            "cnps": padded(fr.cnp_series)}
 
 
 def _flow_seen(capture: str, fr: FlowResults, fid: int) -> FlowSeen:
@@ -458,7 +478,7 @@ def _seen_doc(f: FlowSeen) -> dict[str, Any]:
 
 
 def _document(captures: list[dict[str, Any]], queues: list[tuple[QueueState, dict[str, Any]]],
-              flow_results: list[tuple[str, FlowResults]], warnings: list[str],
+              flow_results: list[tuple[str, FlowResults, int | None]], warnings: list[str],
               origin: int, opts: AnalysisOptions, use_native: bool) -> dict[str, Any]:
     senders, storms, xon_storms, events = _pause_docs(queues, origin, opts)
     flows: list[dict[str, Any]] = []
@@ -466,7 +486,7 @@ def _document(captures: list[dict[str, Any]], queues: list[tuple[QueueState, dic
     fairness_docs: list[dict[str, Any]] = []
     incast_docs: list[dict[str, Any]] = []
     series_doc: dict[str, Any] = {}
-    for capture, fr in flow_results:
+    for capture, fr, last_ns in flow_results:
         series = fr.series
         flows.extend(_flow_docs(capture, fr, opts, origin))
         by_dst: dict[str, list[int]] = {}
@@ -492,9 +512,7 @@ def _document(captures: list[dict[str, Any]], queues: list[tuple[QueueState, dic
                 "capture": capture, "destination": inc.destination,
                 "start_s": (inc.start_ns - origin) / 1e9, "end_s": (inc.end_ns - origin) / 1e9,
                 "max_senders": inc.max_senders})
-        series_doc[capture] = {"interval_s": opts.interval_ns / 1e9,
-                               "ce_packets": fr.ce_series.tolist(),
-                               "cnps": fr.cnp_series.tolist()}
+        series_doc[capture] = _ecn_series_doc(fr, last_ns, origin, opts.interval_ns)
     chains = build_chains(events, seen, opts.causality_ns)
 
     def rel(ns: int) -> float:

@@ -1,4 +1,4 @@
-"""One analysis result, three renderings: human text, JSON, PNG plots.
+"""One analysis result, rendered as human text and JSON (PNG plots: ``netio.analyze.plots``).
 
 The text puts the findings first (storms, spreading, then losses and
 congestion), then tables whose headers carry their units.
@@ -7,7 +7,6 @@ congestion), then tables whose headers carry their units.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from netio.analyze.units import human_bytes, human_duration, human_rate
@@ -136,66 +135,4 @@ def _prio(x: dict[str, Any]) -> str:
     return "all" if x["priority"] is None else str(x["priority"])
 
 
-def write_plots(doc: dict[str, Any], outdir: str | Path) -> list[Path]:
-    """PNG charts: pause timeline per sender and priority, per-flow throughput, CE/CNP."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out = Path(outdir)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    senders = doc["pause_senders"]
-    fig, ax = plt.subplots(figsize=(10, 1 + 0.4 * max(1, len(senders))))
-    for i, p in enumerate(senders):
-        bars = [(s, e - s) for s, e in p["intervals"]]
-        ax.broken_barh(bars, (i - 0.4, 0.8), color="tab:red")
-    ax.set_yticks(range(len(senders)))
-    ax.set_yticklabels([f"{p['capture']} {p['src_mac']} p{_prio(p)}" for p in senders])
-    ax.set_xlabel("time [s]")
-    ax.set_title("Paused intervals per sender and priority")
-    fig.tight_layout()
-    path = out / "pause_timeline.png"
-    fig.savefig(path)
-    plt.close(fig)
-    written.append(path)
-    fig, ax = plt.subplots(figsize=(10, 4))
-    for f in doc["flows"][:20]:
-        t = f["throughput"]
-        if t["start_s"]:
-            ax.plot(t["start_s"], [b / 1e9 for b in t["bps"]],
-                    label=f"{f['capture']} {f['src_ip']}->{f['dst_ip']} 0x{f['dest_qp']:x}")
-    ax.set_xlabel("time [s]")
-    ax.set_ylabel("data throughput [Gb/s]")
-    ax.set_title("Per-flow throughput")
-    if doc["flows"]:
-        ax.legend(fontsize="x-small")
-    fig.tight_layout()
-    path = out / "flow_throughput.png"
-    fig.savefig(path)
-    plt.close(fig)
-    written.append(path)
-    fig, ax = plt.subplots(figsize=(10, 4))
-    for name, s in doc["ecn_series"].items():
-        dt = s["interval_s"]
-        if s["ce_packets"]:
-            ax.plot([i * dt for i in range(len(s["ce_packets"]))], s["ce_packets"],
-                    label=f"{name} CE")
-        if s["cnps"]:
-            ax.plot([i * dt for i in range(len(s["cnps"]))], s["cnps"], "--",
-                    label=f"{name} CNP")
-    ax.set_xlabel("time [s]")
-    ax.set_ylabel("packets per interval")
-    ax.set_title("CE marks and CNPs over time")
-    if any(s["ce_packets"] or s["cnps"] for s in doc["ecn_series"].values()):
-        ax.legend(fontsize="x-small")
-    fig.tight_layout()
-    path = out / "ce_cnp.png"
-    fig.savefig(path)
-    plt.close(fig)
-    written.append(path)
-    return written
-
-
-__all__ = ["human_duration", "to_json", "to_text", "write_plots"]
+__all__ = ["human_duration", "to_json", "to_text"]

@@ -19,7 +19,7 @@ Top level
         merged), paused_s, longest_pause_s, paused_fraction (of the capture's
         duration), frame_rate_per_s,
     storms[]: queue keys as above + start_s, end_s, duration_s, detected_s, restored_s,
-        intervals,
+        intervals (how many paused intervals the storm holds),
     xon_storms[]: queue keys + start_s, end_s, xon_frames, rate_per_s,
     spreading[]: root {capture, src_mac, priority, start_s}, congested_destination,
         converging_flows[], members[] {capture, src_mac, priority, start_s, delay_s},
@@ -39,14 +39,26 @@ Top level
         icrc_checked_packets,
         ecn {ect_packets, ce_packets, cnps (CNPs throttling this direction),
         cnp_reaction_s, cnp_rate_violations, fecn_packets, becn_packets},
-        throughput {interval_s, start_s[], bps[]},
+        throughput {interval_s, start_s[], bps[]}: data throughput (payload of first
+        copies and of responses, as bit/s over the window) per window of interval_s
+        from time_origin_ns. SPARSE: only windows in which the flow carried data are
+        listed (start_s ascending, bps > 0); a window between first_ts_s and last_ts_s
+        that is not listed carried nothing (0 bit/s, e.g. while paused). Sparse so the
+        document grows with the packets, not with flows x span / interval_s (a dense
+        series of a long capture with many flows would dwarf the rest of the document);
+        consumers (and netio.analyze.plots) fill the missing windows with 0,
         reverse {dest_qp, packets, bytes, payload_bytes, opcodes, ecn, icrc_failures,
-        request_packets} or null,
+        request_packets, throughput (as above: the responses' data, e.g. READ
+        responses)} or null,
     fairness[]: capture, group destination|egress, key, flows, windows, jain_min,
         jain_mean, worst_window_start_s,
     incast[]: capture, destination, start_s, end_s, max_senders,
-    ecn_series: {capture: {interval_s, ce_packets[], cnps[]}} (per interval from
-        time_origin_ns; packets before it count in the first interval),
+    ecn_series: {capture: {interval_s, ce_packets[], cnps[]}}: DENSE, one count per
+        interval from time_origin_ns (packets before it count in the first interval)
+        up to the capture's last packet, both lists the same length (empty for a
+        capture without packets); one list per capture, so its length is the span
+        over interval_s, capped at netio.analyze.flows.MAX_SERIES_INTERVALS (marks
+        later than that are counted in a warning instead),
     assumptions[]: every assumption the analysis made, in words.
 """
 

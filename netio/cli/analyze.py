@@ -182,7 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # worker threads, so netio-analyze runs on one core. numpy is first imported here.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from netio.analyze.engine import analyze
-    from netio.analyze.report import to_json, to_text, write_plots
+    from netio.analyze.plots import write_plots
+    from netio.analyze.report import to_json, to_text
 
     total = sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
     show = args.progress == "always" or (
