@@ -497,3 +497,14 @@ def test_driver_errors_say_what_to_do() -> None:
                              OSError(errno.EADDRINUSE, "Address already in use"))
     assert driver_error_text(busy, argparse.Namespace(rx_mode="auto")) == (
         "UDP socket 127.0.0.1:4791: Address already in use")
+
+
+def test_help_texts_name_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    for main, argv in ((pingpong_cli.main, ["--help"]), (perftest_cli.main, ["--help"]),
+                       (perftest_cli.main, ["send", "--help"])):
+        with pytest.raises(SystemExit) as ei:
+            main(argv)
+        assert ei.value.code == 0
+        text = " ".join(capsys.readouterr().out.split())
+        assert "0 done; 1 the test failed" in text and "2 bad arguments" in text
+        assert "130 interrupted" in text and "141" in text

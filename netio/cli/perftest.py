@@ -63,7 +63,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     for verb in PerftestVerb:
         sub = verbs.add_parser(verb.value, help=f"ib_{verb.value}_bw",
-                               description=f"netio as either side of ib_{verb.value}_bw")
+                               description=f"netio as either side of ib_{verb.value}_bw",
+                               epilog="exit codes: 0 done; 1 the test failed; 2 bad arguments; "
+                                      "130 interrupted; 141 output closed (see netio perftest "
+                                      "--help)")
         _add_options(sub)
         sub.set_defaults(func=run)
 
@@ -72,7 +75,8 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("host", nargs="?", default=None,
                         help="perftest server to connect to (omit to be the server)")
     parser.add_argument("-p", "--port", type=int, default=DEFAULT_PORT,
-                        help=f"TCP port of the exchange (default {DEFAULT_PORT})")
+                        help=f"TCP port of the exchange (default {DEFAULT_PORT}; a server "
+                             "given 0 takes a free port and prints it)")
     parser.add_argument("-s", "--size", type=int, default=None,
                         help="message size in bytes (default 65536; atomics 8)")
     parser.add_argument("-n", "--iters", type=int, default=1000,
@@ -82,7 +86,8 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-r", "--rx-depth", type=int, default=128,
                         help="receives posted at a time, SEND server (default 128)")
     parser.add_argument("-m", "--mtu", type=int, default=4096,
-                        help="MTU offered; the smaller of both sides' is used (default 4096)")
+                        help="MTU offered, 256..4096; the smaller of both sides' is used "
+                             "(default 4096)")
     parser.add_argument("-A", "--atomic_type", choices=[a.value for a in AtomicType],
                         default=AtomicType.FETCH_AND_ADD.value, help="atomic operation")
     parser.add_argument("-x", "--gid-index", type=int, default=None, help=argparse.SUPPRESS)

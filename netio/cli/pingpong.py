@@ -11,8 +11,9 @@ received message byte by byte against the ``--chk`` client's pattern, so the
 peer must use ``--chk`` too. Output follows the tools'.
 
 Exit codes: 0 done; 1 the test failed (no server, a failed completion, a
-timeout, a --chk mismatch); 2 bad arguments; 130 interrupted (Ctrl-C); 141 the reader of the
-output went away (``| head``), quietly, as for a tool killed by SIGPIPE.
+timeout, a --chk mismatch); 2 bad arguments; 130 interrupted (Ctrl-C); 141
+the reader of the output went away (``| head``), quietly, as for a tool
+killed by SIGPIPE.
 """
 
 from __future__ import annotations
@@ -62,10 +63,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("host", nargs="?", default=None,
                         help="server to connect to (omit to be the server)")
     parser.add_argument("-p", "--port", type=int, default=DEFAULT_PORT,
-                        help=f"TCP port of the exchange (default {DEFAULT_PORT})")
+                        help=f"TCP port of the exchange (default {DEFAULT_PORT}; a server "
+                             "given 0 takes a free port and prints it)")
     parser.add_argument("-s", "--size", type=int, default=None,
                         help="message size in bytes (default 4096; UD 1024)")
-    parser.add_argument("-m", "--mtu", type=int, default=1024, help="path MTU (default 1024)")
+    parser.add_argument("-m", "--mtu", type=int, default=1024,
+                        help="path MTU: 256, 512, 1024, 2048 or 4096 (default 1024)")
     parser.add_argument("-r", "--rx-depth", type=int, default=500,
                         help="receives posted at a time (default 500)")
     parser.add_argument("-n", "--iters", type=int, default=1000,
