@@ -28,7 +28,8 @@ NET_CARRIER_CHANGES = MetricSpec("netio_network_carrier_changes_total", C,
                                  "Carrier up/down transitions.", ("device",))
 NET_UP = MetricSpec("netio_network_up", G,
                     "1 when the interface's operational state is up.", ("device",))
-NET_MTU = MetricSpec("netio_network_mtu_bytes", G, "Interface MTU: the largest IP packet it sends, in bytes.",
+NET_MTU = MetricSpec("netio_network_mtu_bytes", G,
+                     "Interface MTU: the largest IP packet it sends, in bytes.",
                      ("device",))
 NET_SPEED = MetricSpec("netio_network_speed_bytes_per_second", G,
                        "Negotiated link speed in bytes/s (sysfs speed in Mb/s / 8 * 1e6); "
