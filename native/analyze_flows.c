@@ -739,15 +739,21 @@ static inline int keep_roce(const netio_analyzer_config *cfg, const netio_analyz
     if (!((cfg->roce_pcp_mask >> bit) & 1u)) return 0;
     uint32_t ff = cfg->flow_filter;
     if (!ff) return 1;
-    int v4 = !(r->flags & F_IPV6);
+    int v6 = (r->flags & F_IPV6) != 0;
+    /* An address given in one IP version never matches a packet of the other. */
+    int same = v6 == ((ff & NETIO_FLOW_FILTER_IPV6) != 0);
     int fwd = 1, rev = 1;
     if (ff & NETIO_FLOW_FILTER_SRC) {
-        fwd &= v4 && r->src_ip == cfg->flow_src_ip;
-        rev &= v4 && r->dst_ip == cfg->flow_src_ip;
+        fwd &= same && (v6 ? !memcmp(r->src_ip6, cfg->flow_src_ip6, 16)
+                           : r->src_ip == cfg->flow_src_ip);
+        rev &= same && (v6 ? !memcmp(r->dst_ip6, cfg->flow_src_ip6, 16)
+                           : r->dst_ip == cfg->flow_src_ip);
     }
     if (ff & NETIO_FLOW_FILTER_DST) {
-        fwd &= v4 && r->dst_ip == cfg->flow_dst_ip;
-        rev &= v4 && r->src_ip == cfg->flow_dst_ip;
+        fwd &= same && (v6 ? !memcmp(r->dst_ip6, cfg->flow_dst_ip6, 16)
+                           : r->dst_ip == cfg->flow_dst_ip);
+        rev &= same && (v6 ? !memcmp(r->src_ip6, cfg->flow_dst_ip6, 16)
+                           : r->src_ip == cfg->flow_dst_ip);
     }
     if (ff & NETIO_FLOW_FILTER_QP) fwd &= r->dest_qp == cfg->flow_dest_qp;
     return fwd || rev;

@@ -143,7 +143,8 @@ enum netio_flow_limits {
     NETIO_FLOW_MAX_PENDING = 1024, NETIO_FLOW_OPCODE_SLOTS = 64
 };
 enum netio_flow_filter_bits {
-    NETIO_FLOW_FILTER_SRC = 1, NETIO_FLOW_FILTER_DST = 2, NETIO_FLOW_FILTER_QP = 4
+    NETIO_FLOW_FILTER_SRC = 1, NETIO_FLOW_FILTER_DST = 2, NETIO_FLOW_FILTER_QP = 4,
+    NETIO_FLOW_FILTER_IPV6 = 8 /* the addresses are IPv6 (flow_*_ip6), else IPv4 */
 };
 /* netio_analyzer_summary: rows per Kind (0..4), rows kept, first and last ts. */
 enum netio_analyzer_summary_index {
@@ -160,6 +161,8 @@ typedef struct {
     uint32_t flow_src_ip;
     uint32_t flow_dst_ip;
     uint32_t flow_dest_qp;
+    uint8_t flow_src_ip6[16];  /* network order, with NETIO_FLOW_FILTER_IPV6 */
+    uint8_t flow_dst_ip6[16];
     int32_t verify_icrc;
     uint16_t opflags[256];
     uint8_t opslot[256];    /* opcode -> slot of the per-flow opcode counts */

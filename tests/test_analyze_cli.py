@@ -7,6 +7,7 @@ import json
 import shutil
 import struct
 import subprocess
+from ipaddress import IPv6Address
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +17,12 @@ from hypothesis import strategies as st
 from pcap_builders import block, epb, idb, pcap_file, shb
 
 from netio.analyze.engine import analyze
-from netio.analyze.options import AnalysisOptions
+from netio.analyze.options import AnalysisOptions, FlowFilter
 from netio.analyze.presets import small_dict
 from netio.analyze.scenario import generate, scenario_from_dict
 from netio.analyze.schema import SCHEMA_VERSION, TOP_LEVEL_KEYS
 from netio.cli import scenario as scenario_cli
-from netio.cli.analyze import EXIT_OK, EXIT_STORM, EXIT_UNREADABLE, main
+from netio.cli.analyze import EXIT_OK, EXIT_STORM, EXIT_UNREADABLE, EXIT_USAGE, main, parse_flow
 
 REF = Path(__file__).parents[1] / ".." / "shared" / "rxe-lab" / "ref-rxe-rc.pcap"
 
@@ -92,7 +93,50 @@ def test_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
         with pytest.raises(SystemExit) as exc:
             main(argv)
         assert exc.value.code == 2
-    assert "Traceback" not in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "usage:" not in err
+    assert err.count("\n") == 4  # one line each
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("10.0.0.1>10.0.0.3:0x31", FlowFilter(0x0A000001, 0x0A000003, 0x31)),
+    ("10.0.0.1>10.0.0.3", FlowFilter(0x0A000001, 0x0A000003, None)),
+    ("*>10.0.0.3:49", FlowFilter(None, 0x0A000003, 49)),
+    ("[10.0.0.1]>*", FlowFilter(0x0A000001, None, None)),
+    ("*>*:0x12", FlowFilter(None, None, 0x12)),
+    ("[fd00::1]>[fd00::2]:0x12", FlowFilter(int(IPv6Address("fd00::1")),
+                                            int(IPv6Address("fd00::2")), 0x12, ipv6=True)),
+    (" [fd00::1] > * ", FlowFilter(int(IPv6Address("fd00::1")), None, None, ipv6=True)),
+    ("*>[::ffff:10.0.0.3]", FlowFilter(None, int(IPv6Address("::ffff:10.0.0.3")), None,
+                                       ipv6=True)),
+])
+def test_flow_syntax(text: str, want: FlowFilter) -> None:
+    assert parse_flow(text) == want
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("10.0.0.1", "no '>'"),
+    ("1.1.1.1>2.2.2.2>3.3.3.3", "more than one '>'"),
+    ("fd00::1>fd00::2", "brackets"),
+    ("fd00::1>*", "[fd00::1]"),
+    ("[fd00::1>[fd00::2]", "unbalanced"),
+    ("[fd00::1]>[fd00::2", "unbalanced"),
+    ("[fd00::1]>[fd00::2]x", "after DST"),
+    ("10.0.0.1>[fd00::2]", "IPv4 but DST is IPv6"),
+    ("10.0.0.1>10.0.0.3:", "without a QP"),
+    ("10.0.0.1>10.0.0.3:zz", "QP 'zz' is not a number"),
+    ("10.0.0.1>10.0.0.3:0x1000000", "24-bit"),
+    ("10.0.0.256>*", "SRC '10.0.0.256' is not an IP address"),
+    ("[nope]>*", "SRC 'nope' is not an IP address"),
+])
+def test_bad_flow_is_one_line_naming_the_problem(text: str, says: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--flow", text, "x.pcap"])
+    assert exc.value.code == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("netio-analyze: error: argument --flow: ")
+    assert says in err and "[fd00::1]>[fd00::2]" in err  # the syntax, with an IPv6 example
 
 
 def _frame(n: int = 60) -> bytes:

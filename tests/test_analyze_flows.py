@@ -10,6 +10,7 @@ pin the expected counts.
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 import json
 from pathlib import Path
@@ -382,6 +383,7 @@ def test_generated_and_rxe_captures_agree(small: list[str]) -> None:
     AnalysisOptions(priorities=frozenset({3})),
     AnalysisOptions(flow=FlowFilter(0x0A000001, None, None)),
     AnalysisOptions(flow=FlowFilter(None, 0x0A000005, 0x51), verify_icrc=False),
+    AnalysisOptions(flow=FlowFilter(0x0A000001, None, None, ipv6=True)),  # no IPv6 here
 ])
 def test_native_pipeline_matches_the_reference_document(small: list[str],
                                                         opts: AnalysisOptions) -> None:
@@ -429,3 +431,21 @@ def test_ipv6_capture_end_to_end(tmp_path: Path) -> None:
         assert got[(a1, b1)]["ack_latency_s"]["count"] == 2
         assert got[(a1, b1)]["reverse"]["dest_qp"] == 0x11
     assert json.dumps(docs[0], sort_keys=True) == json.dumps(docs[1], sort_keys=True)
+    # --flow with IPv6 addresses: the native filter and the reference agree.
+    v6 = [int(ipaddress.IPv6Address(x)) for x in (a1, b1, a2)]
+    for fl, want in [
+        (FlowFilter(v6[0], v6[1], None, ipv6=True), {(a1, b1)}),
+        (FlowFilter(v6[2], None, None, ipv6=True), {(a2, b1)}),
+        (FlowFilter(None, v6[1], 0x12, ipv6=True), {(a1, b1), (a2, b1)}),
+        (FlowFilter(v6[1], v6[0], 0x11, ipv6=True), {(a1, b1)}),  # given from the other end
+        (FlowFilter(None, None, 0x12), {(a1, b1), (a2, b1)}),  # a QP alone: any IP version
+        (FlowFilter(0xFD000001, None, None), set()),  # an IPv4 address: no IPv6 packet
+    ]:
+        got = [analyze([str(path)], AnalysisOptions(flow=fl), use_native=u) for u in (True, False)]
+        for doc in got:
+            doc.pop("native")
+            assert {(f["src_ip"], f["dst_ip"]) for f in doc["flows"]} == want, fl
+        assert json.dumps(got[0], sort_keys=True) == json.dumps(got[1], sort_keys=True)
+    assert [f["reverse"]["packets"] for f in analyze(
+        [str(path)], AnalysisOptions(flow=FlowFilter(v6[0], v6[1], 0x12, ipv6=True)))["flows"]
+    ] == [1]  # the ACK, whatever its QP

@@ -94,15 +94,22 @@ def _filter(cols: PacketColumns, opts: AnalysisOptions, origin: int) -> PacketCo
     if opts.flow is not None:
         fl = opts.flow
         fwd = np.ones(len(cols), np.bool_)
-        if fl.src_ip is not None or fl.dst_ip is not None:  # IPv4 addresses given
-            fwd &= (cols.flags & Flag.IPV6) == 0
+        if fl.src_ip is not None or fl.dst_ip is not None:  # addresses of one IP version
+            fwd &= ((cols.flags & Flag.IPV6) != 0) == fl.ipv6
         rev = fwd.copy()
+
+        def is_ip(src: bool, addr: int) -> npt.NDArray[np.bool_]:
+            if fl.ipv6:
+                want = np.frombuffer(addr.to_bytes(16, "big"), np.uint8)
+                return np.all((cols.src_ip6 if src else cols.dst_ip6) == want, axis=1)
+            return (cols.src_ip if src else cols.dst_ip) == addr
+
         if fl.src_ip is not None:
-            fwd &= cols.src_ip == fl.src_ip
-            rev &= cols.dst_ip == fl.src_ip
+            fwd &= is_ip(True, fl.src_ip)
+            rev &= is_ip(False, fl.src_ip)
         if fl.dst_ip is not None:
-            fwd &= cols.dst_ip == fl.dst_ip
-            rev &= cols.src_ip == fl.dst_ip
+            fwd &= is_ip(False, fl.dst_ip)
+            rev &= is_ip(True, fl.dst_ip)
         if fl.dest_qp is not None:
             fwd &= cols.dest_qp == fl.dest_qp
         keep &= ~roce | fwd | rev
@@ -213,14 +220,11 @@ def _native_pass(path: str, opts: AnalysisOptions, origin: int, pa: PauseAnalyze
     resident memory does not grow with the capture."""
     ffi, lib = native.ffi, native.lib
     run = _CaptureRun()
-    fl = opts.flow
     cfg = analyzer_config(
         origin, opts.interval_ns, opts.cnp_min_gap_ns,
         start_ns=None if opts.start_ns is None else origin + opts.start_ns,
         end_ns=None if opts.end_ns is None else origin + opts.end_ns,
-        priorities=opts.priorities,
-        flow=None if fl is None else (fl.src_ip, fl.dst_ip, fl.dest_qp),
-        verify_icrc=opts.verify_icrc)
+        priorities=opts.priorities, flow=opts.flow, verify_icrc=opts.verify_icrc)
     flows = NativeFlows(cfg)
     ctl_cap = max(1 << 14, 4 * batch)
     ctl = PacketColumns.empty(ctl_cap)

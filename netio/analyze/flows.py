@@ -64,6 +64,7 @@ import numpy.typing as npt
 
 from netio import native
 from netio.analyze.columns import Flag, FlowKey, Kind, PacketColumns, flow_keys, key_of_words
+from netio.analyze.options import FlowFilter
 from netio.wire.bth import OPCODE_TABLE, ExtHeader, Operation, Position, Transport
 
 I64 = npt.NDArray[np.int64]
@@ -590,9 +591,8 @@ class FlowReference:
 def analyzer_config(origin_ns: int, interval_ns: int, cnp_min_gap_ns: int, *,
                     start_ns: int | None = None, end_ns: int | None = None,
                     priorities: frozenset[int] | None = None,
-                    flow: tuple[int | None, int | None, int | None] | None = None,
-                    verify_icrc: bool = True) -> Any:
-    """A ``netio_analyzer_config`` (absolute start/end times; flow = (src, dst, qp))."""
+                    flow: FlowFilter | None = None, verify_icrc: bool = True) -> Any:
+    """A ``netio_analyzer_config`` (absolute start/end times)."""
     ffi, lib = native.ffi, native.lib
     cfg = ffi.new("netio_analyzer_config *")
     cfg.origin_ns = origin_ns
@@ -603,16 +603,23 @@ def analyzer_config(origin_ns: int, interval_ns: int, cnp_min_gap_ns: int, *,
     cfg.roce_pcp_mask = 0x1FF if priorities is None else sum(1 << p for p in priorities)
     bits = 0
     if flow is not None:
-        src, dst, qp = flow
-        if src is not None:
+        if flow.ipv6:
+            bits |= lib.NETIO_FLOW_FILTER_IPV6
+        if flow.src_ip is not None:
             bits |= lib.NETIO_FLOW_FILTER_SRC
-            cfg.flow_src_ip = src
-        if dst is not None:
+            if flow.ipv6:
+                ffi.memmove(cfg.flow_src_ip6, flow.src_ip.to_bytes(16, "big"), 16)
+            else:
+                cfg.flow_src_ip = flow.src_ip
+        if flow.dst_ip is not None:
             bits |= lib.NETIO_FLOW_FILTER_DST
-            cfg.flow_dst_ip = dst
-        if qp is not None:
+            if flow.ipv6:
+                ffi.memmove(cfg.flow_dst_ip6, flow.dst_ip.to_bytes(16, "big"), 16)
+            else:
+                cfg.flow_dst_ip = flow.dst_ip
+        if flow.dest_qp is not None:
             bits |= lib.NETIO_FLOW_FILTER_QP
-            cfg.flow_dest_qp = qp
+            cfg.flow_dest_qp = flow.dest_qp
     cfg.flow_filter = bits
     cfg.verify_icrc = 1 if verify_icrc else 0
     ffi.memmove(cfg.opflags, OPFLAGS.tobytes(), OPFLAGS.nbytes)

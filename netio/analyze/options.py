@@ -10,11 +10,28 @@ DEFAULT_LINK_BPS = 100_000_000_000
 
 @dataclass(frozen=True, slots=True)
 class FlowFilter:
-    """Keep only RoCE packets of one flow (either direction); None fields match anything."""
+    """Keep only RoCE packets of one flow (either direction); None fields match anything.
+
+    Addresses are integers of the IP version ``ipv6`` says (32 or 128 bits); a
+    given address never matches a packet of the other version. ``dest_qp`` is
+    the BTH destination QP of the SRC→DST direction (the reverse direction is
+    kept whatever its QP).
+    """
 
     src_ip: int | None = None
     dst_ip: int | None = None
     dest_qp: int | None = None
+    ipv6: bool = False
+
+    def __post_init__(self) -> None:
+        bits = 128 if self.ipv6 else 32
+        for name in ("src_ip", "dst_ip"):
+            v = getattr(self, name)
+            if v is not None and not 0 <= v < 1 << bits:
+                raise ValueError(f"FlowFilter.{name}: {v} is not an IPv{6 if self.ipv6 else 4} "
+                                 "address")
+        if self.dest_qp is not None and not 0 <= self.dest_qp < 1 << 24:
+            raise ValueError(f"FlowFilter.dest_qp: {self.dest_qp} is not a 24-bit QP number")
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,8 +22,9 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from ipaddress import IPv4Address
+from ipaddress import IPv4Address, IPv6Address
 from pathlib import Path
+from typing import NoReturn
 
 from netio.analyze.options import DEFAULT_LINK_BPS, AnalysisOptions, FlowFilter
 from netio.analyze.units import parse_bitrate, parse_duration
@@ -53,25 +54,91 @@ def _priorities(text: str) -> frozenset[int]:
     return values
 
 
-def _ip_or_any(text: str) -> int | None:
-    return None if text.strip() in ("", "*") else int(IPv4Address(text.strip()))
+#: How --flow is written (the help and every --flow error say it).
+FLOW_SYNTAX = "SRC>DST[:QP], e.g. 10.0.0.1>10.0.0.3:0x31, [fd00::1]>[fd00::2]:18 or *>10.0.0.3"
+
+
+def _address(text: str, where: str) -> IPv4Address | IPv6Address | None:
+    """One side of a --flow: ``*``, an IPv4 address or a bracketed IPv6 address."""
+    text = text.strip()
+    if text in ("*", "[*]"):
+        return None
+    if text.startswith("[") != text.endswith("]"):
+        raise ValueError(f"{where} {text!r}: unbalanced brackets")
+    if text.startswith("[") and text.endswith("]"):
+        inner = text[1:-1]
+        try:
+            return IPv6Address(inner)
+        except ValueError:
+            pass
+        try:
+            return IPv4Address(inner)
+        except ValueError:
+            raise ValueError(f"{where} {inner!r} is not an IP address") from None
+    if ":" in text:
+        raise ValueError(f"{where} {text!r}: put an IPv6 address in brackets, [{text}]")
+    try:
+        return IPv4Address(text)
+    except ValueError:
+        raise ValueError(f"{where} {text!r} is not an IP address") from None
+
+
+def parse_flow(text: str) -> FlowFilter:
+    """``--flow``'s value (syntax: ``FLOW_SYNTAX``); ValueError says what is wrong."""
+    src_text, sep, rest = text.partition(">")
+    if not sep:
+        raise ValueError("no '>' between SRC and DST")
+    if ">" in rest:
+        raise ValueError("more than one '>'")
+    qp_text = ""
+    if rest.strip().startswith("["):
+        close = rest.find("]")
+        if close < 0:
+            raise ValueError(f"DST {rest!r}: unbalanced brackets")
+        dst_text, tail = rest[:close + 1], rest[close + 1:]
+        if tail and not tail.startswith(":"):
+            raise ValueError(f"unexpected {tail!r} after DST (expected :QP)")
+        qp_text = tail[1:]
+    else:
+        dst_text, colon, qp_text = rest.partition(":")
+        if colon and ":" in qp_text:
+            raise ValueError(f"DST {rest!r}: put an IPv6 address in brackets, "
+                             "[ADDR] or [ADDR]:QP")
+        if colon and not qp_text:
+            raise ValueError("':' without a QP after DST")
+    src = _address(src_text, "SRC")
+    dst = _address(dst_text, "DST")
+    if src is not None and dst is not None and src.version != dst.version:
+        raise ValueError(f"SRC is IPv{src.version} but DST is IPv{dst.version}")
+    qp = None
+    if qp_text:
+        try:
+            qp = int(qp_text.strip(), 0)
+        except ValueError:
+            raise ValueError(f"QP {qp_text!r} is not a number (decimal or 0x hex)") from None
+        if not 0 <= qp < 1 << 24:
+            raise ValueError(f"QP {qp_text!r} is not a 24-bit QP number")
+    given = src if src is not None else dst
+    return FlowFilter(None if src is None else int(src), None if dst is None else int(dst), qp,
+                      ipv6=given is not None and given.version == 6)
 
 
 def _flow(text: str) -> FlowFilter:
-    """``SRC>DST[:QP]`` (either side may be ``*``); QP decimal or 0x hex."""
     try:
-        left, _, qp = text.partition(":")
-        src, sep, dst = left.partition(">")
-        if not sep:
-            raise ValueError
-        return FlowFilter(_ip_or_any(src), _ip_or_any(dst), int(qp, 0) if qp else None)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a flow (SRC>DST[:QP], e.g. 10.0.0.1>10.0.0.3:0x31)") from None
+        return parse_flow(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc} (expected {FLOW_SYNTAX})") from None
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line on stderr (exit 2), not the usage text."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="netio-analyze", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("captures", nargs="+", metavar="CAPTURE",
@@ -100,7 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--priority", type=_priorities, metavar="P[,P...]",
                    help="only these priorities (PFC classes and RoCE VLAN PCP)")
     p.add_argument("--flow", type=_flow, metavar="SRC>DST[:QP]",
-                   help="only this flow (both directions)")
+                   help="only this flow (both directions); IPv6 in brackets, * for any, e.g. "
+                        "10.0.0.1>10.0.0.3:0x31 or [fd00::1]>[fd00::2]")
     p.add_argument("--start", type=_duration_ns, metavar="T",
                    help="ignore packets before T after the first packet")
     p.add_argument("--end", type=_duration_ns, metavar="T",
