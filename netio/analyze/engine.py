@@ -101,8 +101,11 @@ def _filter(cols: PacketColumns, opts: AnalysisOptions, origin: int) -> PacketCo
         def is_ip(src: bool, addr: int) -> npt.NDArray[np.bool_]:
             if fl.ipv6:
                 want = np.frombuffer(addr.to_bytes(16, "big"), np.uint8)
-                return np.all((cols.src_ip6 if src else cols.dst_ip6) == want, axis=1)
-            return (cols.src_ip if src else cols.dst_ip) == addr
+                same: npt.NDArray[np.bool_] = (cols.src_ip6 if src else cols.dst_ip6) == want
+                every: npt.NDArray[np.bool_] = np.logical_and.reduce(same, axis=1)
+                return every
+            equal: npt.NDArray[np.bool_] = (cols.src_ip if src else cols.dst_ip) == addr
+            return equal
 
         if fl.src_ip is not None:
             fwd &= is_ip(True, fl.src_ip)
