@@ -1,6 +1,12 @@
-"""``netio``: the umbrella command. Each subcommand lives in its own module
-under ``netio.cli`` and exposes ``register(subparsers)``; the handler it sets
-as ``func`` returns the process exit code."""
+"""``netio``: decode captures, generate fabric scenarios, and run the soft RoCE
+engine against rdma-core's and perftest's tools.
+
+Each subcommand documents its own exit codes (``netio COMMAND --help``); 2 is
+always a usage error. The capture analyzer and the telemetry daemon are the
+separate commands ``netio-analyze`` and ``netio-daemon``."""
+
+# Each subcommand lives in its own module under netio.cli and exposes
+# register(subparsers); the handler it sets as ``func`` returns the exit code.
 
 from __future__ import annotations
 
@@ -15,7 +21,8 @@ SUBCOMMANDS: tuple[str, ...] = ("decode", "scenario", "pingpong", "perftest")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="netio", description=__doc__)
+    parser = argparse.ArgumentParser(prog="netio", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in SUBCOMMANDS:
         module = importlib.import_module(f"netio.cli.{name}")
