@@ -29,6 +29,7 @@ from netio import __version__, native
 from netio.analyze.columns import Flag, Kind, PacketColumns
 from netio.analyze.extract import CHUNK_RECORDS, CaptureChunks, c_columns
 from netio.analyze.fairness import fairness, incasts
+from netio.analyze.findings import findings
 from netio.analyze.flows import (
     MAX_SERIES_INTERVALS,
     FlowReference,
@@ -427,6 +428,7 @@ def _flow_docs(capture: str, fr: FlowResults, opts: AnalysisOptions,
             "last_ts_s": (int(c["last_ts"][fid]) - origin) / 1e9,
             "packets": int(c["packets"][fid]), "bytes": int(c["bytes"][fid]),
             "payload_bytes": int(c["payload"][fid]), "goodput_bytes": int(c["goodput"][fid]),
+            "data_bytes": int(c["data_payload"][fid]),
             "goodput_bps": int(c["goodput"][fid]) * 8 / (dur / 1e9),
             "opcodes": _opcodes(fr, fid), "messages": int(c["messages"][fid]),
             "request_packets": req,
@@ -449,6 +451,7 @@ def _flow_docs(capture: str, fr: FlowResults, opts: AnalysisOptions,
             doc["reverse"] = {
                 "dest_qp": fr.keys[rid].dest_qp, "packets": int(c["packets"][rid]),
                 "bytes": int(c["bytes"][rid]), "payload_bytes": int(c["payload"][rid]),
+                "data_bytes": int(c["data_payload"][rid]),
                 "opcodes": _opcodes(fr, rid), "ecn": _ecn_doc(fr, rid),
                 "icrc_failures": int(c["icrc_bad"][rid]),
                 "request_packets": int(c["requests"][rid]),
@@ -576,66 +579,3 @@ def _document(captures: list[dict[str, Any]], queues: list[tuple[QueueState, dic
     }
     doc["findings"] = findings(doc)
     return doc
-
-
-def findings(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """The most important facts first: storms, spreading, losses, congestion, warnings."""
-    out: list[dict[str, Any]] = []
-    for s in doc["storms"]:
-        prio = "PAUSE" if s["priority"] is None else f"priority {s['priority']}"
-        out.append({"severity": "critical", "kind": "pfc_storm",
-                    "message": f"PFC storm: {s['src_mac']} on {s['capture']} ({prio}) paused "
-                               f"{s['duration_s'] * 1e3:.1f} ms from t={s['start_s']:.6f} s"})
-    for ch in doc["spreading"]:
-        r = ch["root"]
-        victims = ", ".join(
-            f"peer of {v['paused_by']} on {v['capture']}"
-            + (" (" + ", ".join(f"{x['src_ip']}->{x['dst_ip']} qp 0x{x['dest_qp']:06x}"
-                                for x in v["flows"]) + ")" if v["flows"] else "")
-            for v in ch["victims"])
-        out.append({"severity": "critical", "kind": "pause_spreading",
-                    "message": f"Pause spread from {r['src_mac']} on {r['capture']} to "
-                               f"{len(ch['members']) - 1} more sender(s)"
-                               + (f"; congested destination {ch['congested_destination']}"
-                                  if ch["congested_destination"] else "")
-                               + (f"; victims: {victims}" if victims else "")})
-    for s in doc["xon_storms"]:
-        out.append({"severity": "warning", "kind": "xon_storm",
-                    "message": f"XON storm: {s['src_mac']} on {s['capture']} priority "
-                               f"{s['priority']}: {s['xon_frames']} XON frames"})
-    for i in doc["incast"]:
-        out.append({"severity": "warning", "kind": "incast",
-                    "message": f"Incast: {i['max_senders']} senders to {i['destination']} on "
-                               f"{i['capture']} at t={i['start_s']:.3f}..{i['end_s']:.3f} s"})
-    for f in doc["flows"]:
-        name = f"{f['src_ip']}->{f['dst_ip']} qp 0x{f['dest_qp']:06x} on {f['capture']}"
-        if f["psn_gap_packets"] or f["retransmitted_packets"]:
-            out.append({"severity": "warning", "kind": "loss",
-                        "message": f"{name}: {f['psn_gap_packets']} packets lost upstream, "
-                                   f"{f['retransmitted_packets']} retransmitted "
-                                   f"({f['retransmission_ratio']:.2%})"})
-        rr = f["read_responses"]
-        if rr and (rr["psn_gap_packets"] or rr["retransmitted_packets"]):
-            out.append({"severity": "warning", "kind": "read_loss",
-                        "message": f"{name}: READ responses: {rr['psn_gap_packets']} packets "
-                                   f"lost upstream, {rr['retransmitted_packets']} "
-                                   "retransmitted"})
-        if f["rnr_naks"]:
-            out.append({"severity": "warning", "kind": "rnr",
-                        "message": f"{name}: {f['rnr_naks']} RNR NAKs"})
-        if f["icrc_failures"]:
-            out.append({"severity": "warning", "kind": "icrc",
-                        "message": f"{name}: {f['icrc_failures']} ICRC failures"})
-        for d in (f["ecn"], (f["reverse"] or {}).get("ecn")):
-            if d and d["cnp_rate_violations"]:
-                out.append({"severity": "warning", "kind": "cnp_rate",
-                            "message": f"{name}: {d['cnp_rate_violations']} CNPs closer than "
-                                       "DCQCN's 50 us per QP"})
-        for d in (f["ecn"], (f["reverse"] or {}).get("ecn")):
-            if d and d["ce_packets"]:
-                out.append({"severity": "info", "kind": "ecn",
-                            "message": f"{name}: {d['ce_packets']} CE-marked packets, "
-                                       f"{d['cnps']} CNPs"})
-    for w in doc["warnings"]:
-        out.append({"severity": "warning", "kind": "input", "message": w})
-    return out

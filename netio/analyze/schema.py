@@ -13,7 +13,9 @@ Top level
         other_packets, malformed_packets, first_ts_s, last_ts_s, duration_s, link_bps,
         complete (read to the end without damage), readable (opened as a capture), warnings[],
     warnings[]: every input problem, naming file and where reading stopped,
-    findings[]: {severity: critical|warning|info, kind, message}, most important first,
+    findings[]: {severity: critical|warning|info, kind, message}, most important first
+        (netio.analyze.findings); kind is one of pause_spreading, pfc_storm, input,
+        xon_storm, incast, loss, retransmission, read_loss, rnr, nak, icrc, cnp_rate, ecn,
     pause_senders[]: one per (capture, src_mac, vlan, kind pfc|pause, priority|null):
         xoff_frames, xon_frames, intervals [[start_s, end_s]...] (union, refreshes
         merged), paused_s, longest_pause_s, paused_fraction (of the capture's
@@ -28,7 +30,9 @@ Top level
     flows[]: capture, src_ip, dst_ip (IPv4 dotted or IPv6 RFC 5952 text; flows are keyed
         on full addresses), dest_qp, priority, src_mac, dst_mac, first_ts_s,
         last_ts_s, packets, bytes (on the wire), payload_bytes, goodput_bytes (first
-        copies only), goodput_bps, opcodes {NAME: packets}, messages, request_packets,
+        copies only), goodput_bps, data_bytes (payload of first-copy requests and of
+        responses that are not duplicates: what the throughput series sums),
+        opcodes {NAME: packets}, messages, request_packets,
         psn_gaps, psn_gap_packets, duplicate_packets, out_of_order_packets,
         retransmitted_packets, retransmission_ratio,
         read_responses {packets, psn_gaps, psn_gap_packets, duplicate_packets,
@@ -47,8 +51,8 @@ Top level
         document grows with the packets, not with flows x span / interval_s (a dense
         series of a long capture with many flows would dwarf the rest of the document);
         consumers (and netio.analyze.plots) fill the missing windows with 0,
-        reverse {dest_qp, packets, bytes, payload_bytes, opcodes, ecn, icrc_failures,
-        request_packets, throughput (as above: the responses' data, e.g. READ
+        reverse {dest_qp, packets, bytes, payload_bytes, data_bytes, opcodes, ecn,
+        icrc_failures, request_packets, throughput (as above: the responses' data, e.g. READ
         responses)} or null,
     fairness[]: capture, group destination|egress, key, flows, windows, jain_min,
         jain_mean, worst_window_start_s,

@@ -1,9 +1,9 @@
-"""``netio``: decode captures, generate fabric scenarios, and run the soft RoCE
+"""netio: decode captures, generate fabric scenarios, and run the soft RoCE
 engine against rdma-core's and perftest's tools.
 
-Each subcommand documents its own exit codes (``netio COMMAND --help``); 2 is
+Each subcommand documents its own exit codes (netio COMMAND --help); 2 is
 always a usage error. The capture analyzer and the telemetry daemon are the
-separate commands ``netio-analyze`` and ``netio-daemon``."""
+separate commands netio-analyze and netio-daemon."""
 
 # Each subcommand lives in its own module under netio.cli and exposes
 # register(subparsers); the handler it sets as ``func`` returns the exit code.
