@@ -44,8 +44,12 @@ def test_text_report_storm_exit_code(small: list[str], capsys: pytest.CaptureFix
     code, out, err = run(capsys, *small)
     assert code == EXIT_STORM
     lines = out.splitlines()
-    first_finding = lines[lines.index("Findings (most important first)") + 1]
-    assert "PFC storm" in first_finding
+    at = next(i for i, x in enumerate(lines) if x.startswith("Findings (most important first"))
+    # The root cause first (the chain, with its congested destination and victims), then
+    # the storms it caused.
+    assert lines[at + 1].startswith("!! Pause spreading from host3: 02:00:00:00:00:03")
+    assert "congested destination 10.0.0.3 (incast: 4 senders" in lines[at + 1]
+    assert lines[at + 2].startswith("!! PFC storm on host3: 02:00:00:00:00:03 kept priority 3")
     assert "paused[ms]" in out and "duration[ms]" in out and "Assumptions" in out
     assert "Traceback" not in err
 

@@ -552,8 +552,8 @@ def _document(captures: list[dict[str, Any]], queues: list[tuple[QueueState, dic
         f"Pause quanta are converted at the link speed of each capture (default "
         f"{opts.link_bps / 1e9:g} Gb/s unless set with --link-speed).",
         "Flows are reported per capture point; a flow seen at two points is two entries.",
-        "PSN gaps are losses upstream of the capture point; packets lost after it are not "
-        "visible.",
+        "PSN gaps are losses upstream of the capture point; a loss after it shows only as a "
+        "NAK or a retransmission without a gap.",
     ]
     if any(c["malformed_packets"] for c in captures):
         assumptions.append("Malformed frames are counted and otherwise ignored.")

@@ -16,6 +16,7 @@ Top level
     findings[]: {severity: critical|warning|info, kind, message}, most important first
         (netio.analyze.findings); kind is one of pause_spreading, pfc_storm, input,
         xon_storm, incast, loss, retransmission, read_loss, rnr, nak, icrc, cnp_rate, ecn,
+        pause (a sender's pauses outside storms and spreading chains),
     pause_senders[]: one per (capture, src_mac, vlan, kind pfc|pause, priority|null):
         xoff_frames, xon_frames, intervals [[start_s, end_s]...] (union, refreshes
         merged), paused_s, longest_pause_s, paused_fraction (of the capture's
