@@ -3,8 +3,9 @@
 ``findings(doc)`` reads the result document (``netio.analyze.schema``) and
 returns ``{severity, kind, message}`` entries, critical first, then warnings,
 then information; within a severity, root causes (pause spreading) before
-their symptoms (storms), then incasts, then per-flow problems. A flow seen
-identically at several capture points is one finding naming every point.
+their symptoms (storms), then input problems, XON storms, incasts, then
+per-flow problems by ``FLOW_KINDS`` (losses first). A flow seen identically at
+several capture points is one finding naming every point.
 
 Losses and retransmissions are told apart by what the capture shows: a PSN
 gap is a loss before the capture point; a retransmission without a gap
@@ -20,6 +21,9 @@ from typing import Any
 from netio.analyze.units import human_duration
 
 SEVERITIES: tuple[str, ...] = ("critical", "warning", "info")
+#: Per-flow finding kinds, the most important first (losses before their side effects).
+FLOW_KINDS: tuple[str, ...] = ("loss", "read_loss", "retransmission", "rnr", "nak", "icrc",
+                               "cnp_rate", "ecn")
 
 
 def plural(n: int, word: str, words: str | None = None) -> str:
@@ -192,7 +196,8 @@ def findings(doc: dict[str, Any]) -> list[dict[str, Any]]:
     for f in doc["flows"]:
         for severity, kind, text in _flow_problems(f, doc["options"]["cnp_min_gap_s"]):
             merged.setdefault((severity, kind, flow_name(f), text), []).append(f["capture"])
-    for (severity, kind, name, text), caps in merged.items():
+    ranked = sorted(merged.items(), key=lambda kv: FLOW_KINDS.index(kv[0][1]))
+    for (severity, kind, name, text), caps in ranked:
         out.append({"severity": severity, "kind": kind,
                     "message": f"{name} on {', '.join(caps)}: {text}"})
     rank = {s: i for i, s in enumerate(SEVERITIES)}
@@ -200,4 +205,4 @@ def findings(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-__all__ = ["SEVERITIES", "findings", "flow_name", "percent", "plural", "t_s"]
+__all__ = ["FLOW_KINDS", "SEVERITIES", "findings", "flow_name", "percent", "plural", "t_s"]
