@@ -165,8 +165,7 @@ def test_small_scenario_reads_right(small_doc: dict[str, Any]) -> None:
     # sw1-p2's 150 ms pause is part of the chain: no separate finding.
     assert "pause" not in kinds
     # Per-flow problems: losses before their side effects, congestion marks last.
-    assert kinds[4:] == ["incast", "loss", "retransmission", "rnr", "icrc", "cnp_rate", "ecn",
-                         "ecn"]
+    assert kinds[4:] == ["incast", "loss", "retransmission", "rnr", "icrc", "ecn", "ecn"]
     text = to_text(small_doc)
     assert "0 packets lost" not in text and "(0.00%)" not in text
     flows = text[text.index("RoCE flows"):text.index("Fairness")]
