@@ -19,13 +19,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from netio.backends.soft import RxMode
-from netio.cli.soft_options import add_driver_options, driver_error_text, faults_from_args
+from netio.cli.soft_options import (
+    add_driver_options,
+    driver_error_text,
+    faults_from_args,
+    quiet_stdout,
+    standalone_main,
+)
 from netio.errors import DriverSocketError, ExchangeError
 from netio.interop.perftest import (
     DEFAULT_PORT,
@@ -163,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = asyncio.run(_run(config))
     except BrokenPipeError:  # the reader of our output went away (| head): as SIGPIPE would
-        _quiet_stdout()
+        quiet_stdout()
         return EXIT_BROKEN_PIPE
     except DriverSocketError as exc:
         print(f"netio perftest: {driver_error_text(exc, args)}", file=sys.stderr)
@@ -183,21 +188,9 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _quiet_stdout() -> None:
-    """Point stdout at /dev/null so that the interpreter's last flush stays quiet."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m netio.cli.perftest``: the command on its own."""
-    parser = argparse.ArgumentParser(prog="netio perftest", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    configure(parser)
-    args = parser.parse_args(argv)
-    code: int = args.func(args)
-    return code
+    return standalone_main("netio perftest", __doc__, configure, argv)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,9 @@ import argparse
 import errno
 import ipaddress
 import math
+import os
+import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from netio.backends.soft import RxMode
@@ -90,3 +93,23 @@ def faults_from_args(args: Any) -> LinkFaults | None:
         return None
     return LinkFaults(latency_ns=0, delay_ns=args.delay_us * 1000,
                       reorder_ns=args.reorder_us * 1000, **probs)
+
+
+def quiet_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's last flush stays quiet
+    after the reader of our output went away (``| head``)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def standalone_main(prog: str, description: str | None,
+                    configure: Callable[[argparse.ArgumentParser], None],
+                    argv: Sequence[str] | None) -> int:
+    """Run one of these commands on its own (``python -m netio.cli.pingpong``)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    configure(parser)
+    args = parser.parse_args(argv)
+    code: int = args.func(args)
+    return code

@@ -299,34 +299,12 @@ class PerftestChannel:
         self._writer.close()
 
 
-class PerftestListener:
+class PerftestListener(tcp.Listener[PerftestChannel]):
     """Accepts perftest clients (the server role)."""
 
     def __init__(self) -> None:
-        self._accepted: asyncio.Queue[PerftestChannel] = asyncio.Queue()
-        self._server: asyncio.Server | None = None
-
-    async def listen(self, host: str | None, port: int = DEFAULT_PORT) -> None:
-        async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await self._accepted.put(PerftestChannel(reader, writer, is_client=False))
-
-        self._server = await tcp.listen(on_client, host, port, "perftest server")
-
-    @property
-    def port(self) -> int:
-        if self._server is None:
-            raise ExchangeError("perftest server", "not listening")
-        port: int = self._server.sockets[0].getsockname()[1]
-        return port
-
-    async def accept(self) -> PerftestChannel:
-        return await self._accepted.get()
-
-    async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
+        super().__init__(lambda reader, writer: PerftestChannel(reader, writer, is_client=False),
+                         "perftest server", DEFAULT_PORT)
 
 
 # -- the tests ---------------------------------------------------------------------------

@@ -145,34 +145,11 @@ async def client_exchange(
     return theirs
 
 
-class PingpongListener:
+class PingpongListener(tcp.Listener["PingpongConnection"]):
     """Accepts pingpong clients (the server role; the tools listen on every address)."""
 
     def __init__(self) -> None:
-        self._accepted: asyncio.Queue[PingpongConnection] = asyncio.Queue()
-        self._server: asyncio.Server | None = None
-
-    async def listen(self, host: str | None, port: int = DEFAULT_PORT) -> None:
-        async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await self._accepted.put(PingpongConnection(reader, writer))
-
-        self._server = await tcp.listen(on_client, host, port, "pingpong server")
-
-    @property
-    def port(self) -> int:
-        if self._server is None:
-            raise ExchangeError("pingpong server", "not listening")
-        port: int = self._server.sockets[0].getsockname()[1]
-        return port
-
-    async def accept(self) -> PingpongConnection:
-        return await self._accepted.get()
-
-    async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
+        super().__init__(PingpongConnection, "pingpong server", DEFAULT_PORT)
 
 
 class PingpongConnection:

@@ -13,6 +13,7 @@ import math
 import os
 import socket
 from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
 
 from netio.errors import ExchangeError
 
@@ -24,6 +25,7 @@ MAX_INT_ITERS = (1 << 31) - 1
 RETRY_INTERVAL_S = 0.1
 
 ConnectionHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+ConnectionT = TypeVar("ConnectionT")
 
 
 def _why(exc: OSError) -> str:
@@ -80,6 +82,41 @@ async def listen(handler: ConnectionHandler, host: str | None, port: int,
     except OSError as exc:
         where = f"{host}:{port}" if host else f"TCP port {port}"
         raise ExchangeError(step, f"cannot listen on {where}: {_why(exc)}") from exc
+
+
+class Listener(Generic[ConnectionT]):
+    """Accepts the tools' clients (the server role); each connection is wrapped by ``wrap``."""
+
+    def __init__(self, wrap: Callable[[asyncio.StreamReader, asyncio.StreamWriter], ConnectionT],
+                 step: str, default_port: int) -> None:
+        self._wrap = wrap
+        self._step = step
+        self._default_port = default_port
+        self._accepted: asyncio.Queue[ConnectionT] = asyncio.Queue()
+        self._server: asyncio.Server | None = None
+
+    async def listen(self, host: str | None, port: int | None = None) -> None:
+        async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await self._accepted.put(self._wrap(reader, writer))
+
+        chosen = self._default_port if port is None else port
+        self._server = await listen(on_client, host, chosen, self._step)
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise ExchangeError(self._step, "not listening")
+        port: int = self._server.sockets[0].getsockname()[1]
+        return port
+
+    async def accept(self) -> ConnectionT:
+        return await self._accepted.get()
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
 
 
 def route_source_ip(host: str, port: int, step: str) -> ipaddress.IPv4Address:
