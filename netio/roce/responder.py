@@ -140,6 +140,14 @@ class Responder:
     def _nak(self, psn: int, code: NakCode) -> None:
         self._reply(Opcode.RC_ACKNOWLEDGE, psn, Aeth.nak(self.msn, code))
 
+    def _reject(self, psn: int, *, rc: bool) -> None:
+        """A malformed request: RC NAKs it as an invalid request (class C); UC, which
+        has no NAKs, drops the rest of the message (RC: IBTA §9.9.3.1.3)."""
+        if rc:
+            self._class_c_error(psn, NakCode.INVALID_REQUEST, WcStatus.REM_INV_REQ_ERR)
+        else:
+            self._uc_drop()
+
     def _class_c_error(self, psn: int, code: NakCode, recv_status: WcStatus) -> None:
         """NAK, complete the receive in use with an error, and enter ERR (IBTA §9.9.3.1.3)."""
         self._nak(psn, code)
@@ -195,18 +203,18 @@ class Responder:
         ctx = self.ctx
         if ctx is not None:
             if operation is not ctx.operation or position not in (Position.MIDDLE, Position.LAST):
-                self._class_c_error(psn, NakCode.INVALID_REQUEST, WcStatus.REM_INV_REQ_ERR)
+                self._reject(psn, rc=True)
                 return
         elif position in (Position.MIDDLE, Position.LAST):
-            self._class_c_error(psn, NakCode.INVALID_REQUEST, WcStatus.REM_INV_REQ_ERR)
+            self._reject(psn, rc=True)
             return
         needed = _OPERATION_ACCESS.get(operation)
         if needed is not None and not self.qp.attrs.access & needed:
-            self._class_c_error(psn, NakCode.INVALID_REQUEST, WcStatus.REM_INV_REQ_ERR)
+            self._reject(psn, rc=True)
             return
         if operation is Operation.SEND:
             if info.has_invalidate:
-                self._class_c_error(psn, NakCode.INVALID_REQUEST, WcStatus.REM_INV_REQ_ERR)
+                self._reject(psn, rc=True)
                 return
             self._send(hdrs, payload, position, rc=True)
         elif operation is Operation.RDMA_WRITE:
@@ -216,17 +224,14 @@ class Responder:
         elif operation in (Operation.COMPARE_SWAP, Operation.FETCH_ADD):
             self._atomic(hdrs)
         else:
-            self._class_c_error(psn, NakCode.INVALID_REQUEST, WcStatus.REM_INV_REQ_ERR)
+            self._reject(psn, rc=True)
 
     def _send(self, hdrs: RoceHeaders, payload: bytes, position: Position, *, rc: bool) -> None:
         bth = hdrs.bth
         psn = bth.psn
         mtu = self.qp.attrs.path_mtu_bytes
         if not self._length_ok(position, len(payload), mtu):
-            if rc:
-                self._class_c_error(psn, NakCode.INVALID_REQUEST, WcStatus.REM_INV_REQ_ERR)
-            else:
-                self._uc_drop()
+            self._reject(psn, rc=rc)
             return
         ctx = self.ctx
         if ctx is None:
@@ -268,10 +273,7 @@ class Responder:
         psn = bth.psn
         qp = self.qp
         if not self._length_ok(position, len(payload), qp.attrs.path_mtu_bytes):
-            if rc:
-                self._class_c_error(psn, NakCode.INVALID_REQUEST, WcStatus.REM_INV_REQ_ERR)
-            else:
-                self._uc_drop()
+            self._reject(psn, rc=rc)
             return
         ctx = self.ctx
         if ctx is None:
@@ -279,10 +281,7 @@ class Responder:
             if reth is None:
                 return
             if reth.dma_length > MAX_MESSAGE_BYTES:
-                if rc:
-                    self._class_c_error(psn, NakCode.INVALID_REQUEST, WcStatus.REM_INV_REQ_ERR)
-                else:
-                    self._uc_drop()
+                self._reject(psn, rc=rc)
                 return
             mr: MemoryRegion | None = None
             offset = 0
@@ -302,7 +301,7 @@ class Responder:
         if end > ctx.dma_length or (ends and end != ctx.dma_length):
             if rc:
                 self.ctx = ctx
-                self._class_c_error(psn, NakCode.INVALID_REQUEST, WcStatus.REM_INV_REQ_ERR)
+                self._reject(psn, rc=True)
             else:
                 self._uc_drop()
             return
@@ -348,7 +347,7 @@ class Responder:
         if reth is None:
             return
         if qp.attrs.max_dest_rd_atomic == 0 or reth.dma_length > MAX_MESSAGE_BYTES:
-            self._class_c_error(psn, NakCode.INVALID_REQUEST, WcStatus.REM_INV_REQ_ERR)
+            self._reject(psn, rc=True)
             return
         mr: MemoryRegion | None = None
         offset = 0
@@ -401,11 +400,11 @@ class Responder:
         if a is None:
             return
         if qp.attrs.max_dest_rd_atomic == 0:
-            self._class_c_error(psn, NakCode.INVALID_REQUEST, WcStatus.REM_INV_REQ_ERR)
+            self._reject(psn, rc=True)
             return
         if a.virtual_address % ATOMIC_OPERAND_BYTES:
             # rxe RESPST_ERR_MISALIGNED_ATOMIC: NAK invalid request (class C).
-            self._class_c_error(psn, NakCode.INVALID_REQUEST, WcStatus.REM_INV_REQ_ERR)
+            self._reject(psn, rc=True)
             return
         verdict, mr, offset = qp.pd.check_remote(a.rkey, a.virtual_address,
                                                  ATOMIC_OPERAND_BYTES, Access.REMOTE_ATOMIC)
