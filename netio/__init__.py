@@ -11,6 +11,7 @@ from netio.errors import (
     NetioError,
     RegistrationError,
     RoceError,
+    ScenarioError,
 )
 
 __version__ = "0.1.0"
@@ -26,5 +27,6 @@ __all__ = [
     "NetioError",
     "RegistrationError",
     "RoceError",
+    "ScenarioError",
     "__version__",
 ]

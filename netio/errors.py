@@ -124,3 +124,8 @@ class EthtoolUnsupported(NetioError):
 
 class SnmpError(NetioError):
     """An SNMP agent answered a request with an error (or did not answer)."""
+
+
+class ScenarioError(NetioError, ValueError):
+    """A scenario description (``netio scenario``) is invalid: unknown key, bad value,
+    overlapping events."""

@@ -52,7 +52,7 @@ import numpy.typing as npt
 from netio.analyze.columns import Kind
 from netio.analyze.options import DEFAULT_OPTIONS, AnalysisOptions
 from netio.analyze.units import format_mac_int, mac_to_int, parse_bitrate, parse_duration
-from netio.errors import NetioError
+from netio.errors import ScenarioError
 from netio.wire.bth import PSN_MODULUS, Opcode
 from netio.wire.ext import AckType, NakCode, rnr_timer_ns
 from netio.wire.pfc import BITS_PER_QUANTUM
@@ -65,10 +65,6 @@ ROCE_OVERHEAD_BYTES = 62
 #: Seconds since the epoch where every generated capture starts (a fixed date
 #: keeps the outputs reproducible).
 DEFAULT_EPOCH_NS = 1_700_000_000_000_000_000
-
-
-class ScenarioError(NetioError, ValueError):
-    """A scenario description is invalid (unknown key, bad value, overlapping events)."""
 
 
 # --------------------------------------------------------------------------- spec

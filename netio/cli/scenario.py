@@ -34,7 +34,8 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from netio.analyze.presets import PRESETS, bench_dict, preset
-    from netio.analyze.scenario import ScenarioError, generate, load_scenario, scenario_from_dict
+    from netio.analyze.scenario import generate, load_scenario, scenario_from_dict
+    from netio.errors import ScenarioError
 
     if args.list:
         for name, text in PRESETS.items():
