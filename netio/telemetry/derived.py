@@ -22,7 +22,7 @@ from netio.telemetry.profile import (
     SwitchInterfaceProfile,
 )
 from netio.telemetry.rates import CounterRates
-from netio.telemetry.sample import Collection, Sample
+from netio.telemetry.sample import Collection, Sample, select, values_of
 
 RATE_SPECS = frozenset(s.name for s in (
     m.NET_BYTES, m.PFC_PAUSE_FRAMES, m.PFC_PAUSE_DURATION, m.NIC_PRIO_PACKETS, m.RDMA_BYTES,
@@ -38,6 +38,9 @@ RETRANSMIT_EVENTS = frozenset({"local_ack_timeout", "nak_sequence_error_received
 MAX_PAUSE_BITS = 65535 * 512
 
 Key = tuple[str, tuple[str, ...]]
+
+_WATCHED = frozenset((m.PFC_PAUSE_FRAMES.name, m.DCB_PFC_INDICATIONS.name,
+                      m.DCB_PFC_REQUESTS.name))
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,9 +66,7 @@ class Derivation:
         out: dict[Key, float] = {}
         keep: set[Hashable] = set()
         history = self._history.setdefault(col.collector, CounterRates())
-        for s in col.samples:
-            if s.spec.name not in self.wanted:
-                continue
+        for s in select(col.samples, self.wanted):
             key = s.key
             keep.add(key)
             r = history.update(key, s.value, col.ts_ns, s.width_bits)
@@ -82,7 +83,7 @@ def _r(rates: Mapping[Key, float], name: str, *labels: str) -> float | None:
 
 def watch_inputs(col: Collection, rates: Mapping[Key, float]) -> Iterator[WatchInput]:
     """What the storm watchdog needs from an ethtool or DCB collection."""
-    for s in col.samples:
+    for s in select(col.samples, _WATCHED):
         name = s.spec.name
         if name == m.PFC_PAUSE_FRAMES.name:
             dev, direction, prio = s.labels
@@ -103,10 +104,8 @@ def watch_inputs(col: Collection, rates: Mapping[Key, float]) -> Iterator[WatchI
                          None if ratio is None else min(ratio, 1.0), progress)
 
 
-def _values(col: Collection | None, name: str) -> dict[tuple[str, ...], float]:
-    if col is None:
-        return {}
-    return {s.labels: s.value for s in col.samples if s.spec.name == name}
+def _values(col: Collection | None, name: str) -> Mapping[tuple[str, ...], float]:
+    return {} if col is None else values_of(col.samples, name)
 
 
 def _util(rx: float | None, tx: float | None, cap_bps: float | None) -> float | None:

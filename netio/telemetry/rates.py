@@ -11,7 +11,6 @@ from zero and the new value is the increase since the reset, as Prometheus'
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass
 
 _WRAP_32 = 1 << 32
 
@@ -26,27 +25,23 @@ def counter_delta(prev: float, cur: float, width_bits: int) -> float:
     return cur
 
 
-@dataclass(slots=True)
-class _Last:
-    value: float
-    ts_ns: int
-
-
 class CounterRates:
     """Remembers the last value of each series and turns the next into a rate."""
 
     def __init__(self) -> None:
-        self._last: dict[Hashable, _Last] = {}
+        # (value, ts_ns): a tuple of numbers, which the garbage collector stops tracking
+        self._last: dict[Hashable, tuple[float, int]] = {}
 
     def update(self, key: Hashable, value: float, ts_ns: int, width_bits: int = 64) -> float | None:
         """Record a value; return the per-second rate since the previous one (None at first)."""
         prev = self._last.get(key)
-        if prev is not None and ts_ns == prev.ts_ns:
+        if prev is not None and ts_ns == prev[1]:
             return None  # the same collection seen twice
-        self._last[key] = _Last(value, ts_ns)
-        if prev is None or ts_ns < prev.ts_ns:
+        self._last[key] = (value, ts_ns)
+        if prev is None or ts_ns < prev[1]:
             return None
-        return counter_delta(prev.value, value, width_bits) / ((ts_ns - prev.ts_ns) / 1e9)
+        prev_value, prev_ts_ns = prev
+        return counter_delta(prev_value, value, width_bits) / ((ts_ns - prev_ts_ns) / 1e9)
 
     def forget_except(self, keep: set[Hashable]) -> None:
         """Drop series that no longer exist, so a re-created device starts afresh."""
