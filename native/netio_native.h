@@ -194,6 +194,13 @@ size_t netio_analyzer_samples(const netio_analyzer *a, size_t fid, int which, in
  * CNPs per interval) as (flow or -1, interval, value) triples, unsorted. */
 size_t netio_analyzer_series_len(const netio_analyzer *a, int which);
 void netio_analyzer_series(const netio_analyzer *a, int which, int64_t *out);
+/* Sysfs counters (native/sysfs_counters.c; Python side netio.telemetry.sysfs.
+ * CounterReader). pread(fds[i], 32 bytes, offset 0) for each of n kept
+ * descriptors; status[i] is 0 when the text is a plain decimal (whitespace,
+ * digits that fit in 64 bits, whitespace) and values[i] holds it, the errno
+ * when the read failed, -1 otherwise (N/A, a sign, longer text: the caller
+ * reads that file itself). Returns how many status[i] are not 0. */
+size_t netio_sysfs_read_counters(const int *fds, size_t n, uint64_t *values, int32_t *status);
 /* CDEF END */
 
 #endif
