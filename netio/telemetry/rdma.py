@@ -14,9 +14,9 @@ import time
 from dataclasses import dataclass
 
 from netio.telemetry import metrics as m
-from netio.telemetry.sample import Collection, Fault, MetricSpec, Sample
+from netio.telemetry.sample import Collection, Fault, MetricSpec, PlannedSamples, SeriesPlan
 from netio.telemetry.selection import ALL, Selection
-from netio.telemetry.sysfs import AttrReader, ReadFault, is_sysfs, list_dir, read_attr
+from netio.telemetry.sysfs import AttrReader, CounterReader, ReadFault, is_sysfs, list_dir
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +120,13 @@ _RATE = re.compile(r"^\s*([0-9.]+)\s*([GMK]?)b/sec")
 _UNIT = {"G": 1e9, "M": 1e6, "K": 1e3, "": 1.0}
 # hw_counters that are settings, not counts.
 _SETTINGS = frozenset({"lifespan"})
+# Port attributes read before the counters, in this order (series 0, 1, 2 of a plan).
+_ATTRS = ("state", "phys_state", "rate")
+# A counter is one decimal number (at most 20 digits); a longer text is not one.
+_COUNTER_TEXT_MAX = 256
+# Counter directories are listed again every this many polls (new files are rare:
+# a driver adds counters only with a new device, which has new descriptors anyway).
+RESCAN_POLLS = 60
 
 
 def parse_rate_bps(text: str) -> float | None:
@@ -130,13 +137,39 @@ def parse_rate_bps(text: str) -> float | None:
     return float(mt.group(1)) * _UNIT[mt.group(2)]
 
 
+@dataclass(slots=True, eq=False)
+class _PortPlan:
+    """What one poll of one port reads, fixed until its directories change.
+
+    File ``k`` (``paths[k]``) feeds series ``k`` of ``series``: the three port
+    attributes, then the counter files of ``counters/`` (PMA) and ``hw_counters/``.
+    """
+
+    series: SeriesPlan
+    paths: tuple[str, ...]
+    sources: tuple[str, ...]  # what a fault names: "mlx5_0/1/hw_counters/np_cnp_sent"
+    # Positions of files that map onto the same series (PMA and hw_counters both have
+    # link_downed): the first one with a value is reported.
+    duplicates: tuple[tuple[int, ...], ...]
+    polls: int = 0
+    counters: CounterReader | None = None  # the counter files' kept descriptors
+    counters_generation: int = -1
+
+
 def _leading_int(text: str) -> int | None:
     head = text.split(":", 1)[0].strip()
     return int(head) if head.isdigit() else None
 
 
 class RdmaSysfsCollector:
-    """Reads every port of every RDMA device under ``<sysfs_root>/class/infiniband``."""
+    """Reads every port of every RDMA device under ``<sysfs_root>/class/infiniband``.
+
+    Each port has a read plan (:class:`_PortPlan`): its files, their series and,
+    with ``keep_open``, their descriptors.  A poll is then one ``pread`` per file
+    and one ``int()`` per value into a list; samples are made only when something
+    asks for them (:class:`PlannedSamples`).  Any read or parse problem sends that
+    port down the file-by-file path, which says what went wrong where.
+    """
 
     name = "rdma"
 
@@ -148,42 +181,53 @@ class RdmaSysfsCollector:
         self.reader = AttrReader(is_sysfs(sysfs_root) if keep_open is None else keep_open)
         self.devices = devices
         self.passthrough_unknown = passthrough_unknown
-        # Counter file lists per directory; re-listed when a device vanishes.
-        self._plans: dict[str, list[tuple[str, str, MetricSpec, tuple[str, ...], float,
-                                           int]]] = {}
+        self._plans: dict[str, _PortPlan] = {}  # by port directory
         self._previous: frozenset[str] = frozenset()
 
     def _fault(self, faults: list[Fault], kind: str, source: str, reason: str) -> None:
         faults.append(Fault(self.name, kind, source, reason))
 
-    def _plan(self, directory: str, table: dict[str, Norm], dev: str, port: str
-              ) -> list[tuple[str, str, MetricSpec, tuple[str, ...], float, int]] | ReadFault:
-        """(path, name, spec, labels, scale, width) per counter file to read; cached per
-        directory so the steady state does no listing, joining or name lookups."""
-        cached = self._plans.get(directory)
-        if cached is not None:
-            return cached
-        listing = list_dir(directory)
-        if isinstance(listing, ReadFault):
-            return listing
-        plan: list[tuple[str, str, MetricSpec, tuple[str, ...], float, int]] = []
-        for cname in listing:
-            norm = table.get(cname)
-            if norm is None:
-                if not self.passthrough_unknown or cname in _SETTINGS:
-                    continue
-                plan.append((os.path.join(directory, cname), cname, m.RDMA_OTHER,
-                             (dev, port, cname), 1.0, 64))
+    def _build_plan(self, pdir: str, dev: str, port: str) -> _PortPlan:
+        src = f"{dev}/{port}"
+        labels = (dev, port)
+        specs: list[MetricSpec] = [m.RDMA_PORT_STATE, m.RDMA_PORT_PHYS_STATE, m.RDMA_PORT_RATE]
+        lvs: list[tuple[str, ...]] = [labels] * 3
+        scales, widths = [1.0] * 3, [64] * 3
+        paths = [os.path.join(pdir, a) for a in _ATTRS]
+        sources = [f"{src}/{a}" for a in _ATTRS]
+        for group, table in (("counters", PMA_NAMES), ("hw_counters", HW_NAMES)):
+            gdir = os.path.join(pdir, group)
+            listing = list_dir(gdir)
+            if isinstance(listing, ReadFault):
+                # rxe and bnxt_re have no counters/: absence is normal, not a fault.
                 continue
-            labels = (dev, port, *norm.extra)
-            plan.append((os.path.join(directory, cname), cname, norm.spec, labels, norm.scale,
-                         norm.width_bits))
-        self._plans[directory] = plan
-        return plan
+            for cname in listing:
+                norm = table.get(cname)
+                if norm is None:
+                    if not self.passthrough_unknown or cname in _SETTINGS:
+                        continue
+                    norm = Norm(m.RDMA_OTHER, (cname,))
+                specs.append(norm.spec)
+                lvs.append((dev, port, *norm.extra))
+                scales.append(norm.scale)
+                widths.append(norm.width_bits)
+                paths.append(os.path.join(gdir, cname))
+                sources.append(f"{src}/{group}/{cname}")
+        where: dict[tuple[str, tuple[str, ...]], list[int]] = {}
+        for k in range(len(_ATTRS), len(specs)):
+            where.setdefault((specs[k].name, lvs[k]), []).append(k)
+        old = self._plans.get(pdir)
+        if old is not None and old.paths == tuple(paths):
+            return old  # unchanged: keep its series (and their memoised lookups)
+        if old is not None:
+            self.reader.drop_under(pdir + "/")
+        return _PortPlan(SeriesPlan(tuple(specs), tuple(lvs), tuple(scales), tuple(widths)),
+                         tuple(paths), tuple(sources),
+                         tuple(tuple(ks) for ks in where.values() if len(ks) > 1))
 
     def collect(self) -> Collection:
         t0 = time.perf_counter()
-        samples: list[Sample] = []
+        parts: list[tuple[SeriesPlan, list[float | None]]] = []
         faults: list[Fault] = []
         base = os.path.join(self.sysfs_root, "class", "infiniband")
         devs = list_dir(base)
@@ -200,58 +244,99 @@ class RdmaSysfsCollector:
                 continue
             seen.append(dev)
             for port in ports:
-                self._port(os.path.join(base, dev, "ports", port), dev, port, samples, faults)
+                pdir = os.path.join(base, dev, "ports", port)
+                parts.append(self._port(pdir, dev, port, faults))
         for gone in sorted(self._previous - set(seen)):
             self._fault(faults, "vanished", gone, "device no longer present")
-            self._plans = {k: v for k, v in self._plans.items() if f"/{gone}/" not in k}
-            self.reader.drop_under(os.path.join(base, gone) + "/")
+            prefix = os.path.join(base, gone) + "/"
+            self._plans = {k: v for k, v in self._plans.items() if not k.startswith(prefix)}
+            self.reader.drop_under(prefix)
         self._previous = frozenset(seen)
-        return Collection(self.name, tuple(samples), tuple(faults), time.time_ns(),
-                          time.perf_counter() - t0, tuple(seen))
+        return Collection(self.name, PlannedSamples(parts) if parts else (), tuple(faults),
+                          time.time_ns(), time.perf_counter() - t0, tuple(seen))
 
-    def _port(self, pdir: str, dev: str, port: str, samples: list[Sample],
-              faults: list[Fault]) -> None:
-        labels = (dev, port)
-        src = f"{dev}/{port}"
-        for attr, spec in (("state", m.RDMA_PORT_STATE), ("phys_state", m.RDMA_PORT_PHYS_STATE)):
-            text = read_attr(os.path.join(pdir, attr))
+    def _port(self, pdir: str, dev: str, port: str, faults: list[Fault]
+              ) -> tuple[SeriesPlan, list[float | None]]:
+        plan = self._plans.get(pdir)
+        if plan is None or plan.polls >= RESCAN_POLLS:
+            plan = self._plans[pdir] = self._build_plan(pdir, dev, port)
+            plan.polls = 0
+        plan.polls += 1
+        reader = self.reader
+        n_attrs = len(_ATTRS)
+        values = self._attrs([reader.read(p) for p in plan.paths[:n_attrs]], plan, faults)
+        counters = self._counter_reader(plan)
+        if counters is None:  # files not kept open, or one could not be opened
+            for k in range(n_attrs, len(plan.paths)):
+                values.append(self._counter(reader.read(plan.paths[k]), k, plan, pdir, faults))
+        else:
+            nums, status = counters.read()
+            if status is not None:  # read the odd ones again, one by one, to say why
+                nums_or_none: list[int | None] = list(nums)
+                for j, st in enumerate(status):
+                    if st:
+                        k = n_attrs + j
+                        nums_or_none[j] = self._counter(reader.read(plan.paths[k]), k, plan,
+                                                        pdir, faults)
+                values.extend(nums_or_none)
+            else:
+                values.extend(nums)
+        for group in plan.duplicates:
+            first = True
+            for k in group:
+                if values[k] is not None:
+                    if not first:
+                        values[k] = None
+                    first = False
+        return plan.series, values
+
+    def _counter_reader(self, plan: _PortPlan) -> CounterReader | None:
+        reader = self.reader
+        if not reader.keep_open:
+            return None
+        if plan.counters is None or plan.counters_generation != reader.generation:
+            fds = reader.descriptors(plan.paths[len(_ATTRS):])
+            plan.counters = None if fds is None else CounterReader(fds)
+            plan.counters_generation = reader.generation
+        return plan.counters
+
+    def _attrs(self, items: list[str | ReadFault], plan: _PortPlan, faults: list[Fault]
+               ) -> list[float | None]:
+        out: list[float | None] = []
+        for k, text in enumerate(items):
             if isinstance(text, ReadFault):
-                self._fault(faults, text.kind, f"{src}/{attr}", text.reason)
-                continue
-            num = _leading_int(text)
-            if num is not None:
-                samples.append(Sample(spec, labels, float(num)))
-        rate = read_attr(os.path.join(pdir, "rate"))
-        if isinstance(rate, str):
-            bps = parse_rate_bps(rate)
-            if bps is not None:
-                samples.append(Sample(m.RDMA_PORT_RATE, labels, bps / 8.0))
-        # A name in both groups (link_downed) is reported once, PMA first.
-        keys: set[tuple[str, tuple[str, ...]]] = set()
-        for group, table in (("counters", PMA_NAMES), ("hw_counters", HW_NAMES)):
-            gdir = os.path.join(pdir, group)
-            plan = self._plan(gdir, table, dev, port)
-            if isinstance(plan, ReadFault):
-                # rxe and bnxt_re have no counters/: absence is normal, not a fault.
-                continue
-            for path, cname, spec, lv, scale, width in plan:
-                text = self.reader.read(path)
-                if isinstance(text, ReadFault):
-                    if text.kind == "vanished":
-                        self._plans.pop(gdir, None)
-                        self.reader.drop_under(gdir)
-                    self._fault(faults, text.kind, f"{src}/{group}/{cname}", text.reason)
-                    continue
-                if _NOT_A_NUMBER.match(text):
-                    continue
-                try:
-                    value = int(text)
-                except ValueError:
-                    self._fault(faults, "parse", f"{src}/{group}/{cname}",
-                                f"not an integer: {text[:40]!r}")
-                    continue
-                key = (spec.name, lv)
-                if key in keys:
-                    continue
-                keys.add(key)
-                samples.append(Sample(spec, lv, value * scale, width))
+                if _ATTRS[k] != "rate":  # no rate (link down, rxe): not a fault
+                    self._fault(faults, text.kind, plan.sources[k], text.reason)
+                out.append(None)
+            elif _ATTRS[k] == "rate":
+                bps = parse_rate_bps(text)
+                out.append(None if bps is None else bps / 8.0)
+            else:
+                num = _leading_int(text)
+                out.append(None if num is None else float(num))
+        return out
+
+    def _counter(self, text: str | ReadFault, k: int, plan: _PortPlan, pdir: str,
+                 faults: list[Fault]) -> int | None:
+        """The value of counter file ``k`` read as text, or None (with the fault)."""
+        if isinstance(text, ReadFault):
+            if text.kind == "vanished":
+                # re-listed on the next poll
+                self._plans.pop(pdir, None)
+                self.reader.drop_under(pdir + "/")
+            self._fault(faults, text.kind, plan.sources[k], text.reason)
+            return None
+        if _NOT_A_NUMBER.match(text):
+            return None
+        try:
+            if len(text) >= _COUNTER_TEXT_MAX:
+                raise ValueError(text)
+            return int(text)
+        except ValueError:
+            self._fault(faults, "parse", plan.sources[k], f"not an integer: {text[:40]!r}")
+            return None
+
+    def close(self) -> None:
+        """Close the kept descriptors (the collector is being replaced)."""
+        self._plans.clear()
+        self.reader.close()
