@@ -36,6 +36,8 @@ class NetdevSection:
     interval_s: float = 1.0
     source: str = "auto"  # auto (netlink when sysfs_root is /sys, else sysfs) | netlink | sysfs
     devices: Selection = field(default_factory=Selection)
+    # sysfs source: None keeps the files open between polls only on a real sysfs mount
+    keep_files_open: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +271,14 @@ def _oid(value: str | None, key: str) -> str | None:
     return ".".join(parts)
 
 
+def _keep_open(t: _Table, section: str) -> bool | None:
+    keep = t._get("keep_files_open")
+    if keep is not None and not isinstance(keep, bool):
+        raise ConfigError(f"collectors.{section}.keep_files_open",
+                          f"must be true or false, got {keep!r}")
+    return keep
+
+
 def parse_config(data: dict[str, Any]) -> Config:
     root = _Table(data, "")
     d = root.table("daemon")
@@ -285,7 +295,7 @@ def parse_config(data: dict[str, Any]) -> Config:
     t = cols.table("netdev")
     netdev = NetdevSection(t.bool_("enabled", True), t.num("interval_s", 1.0),
                            t.choice("source", "auto", ("auto", "netlink", "sysfs")),
-                           t.selection("devices"))
+                           t.selection("devices"), _keep_open(t, "netdev"))
     t.done()
     t = cols.table("ethtool")
     ethtool = EthtoolSection(t.bool_("enabled", True), t.num("interval_s", 1.0),
@@ -296,11 +306,9 @@ def parse_config(data: dict[str, Any]) -> Config:
         raise ConfigError("collectors.ethtool.text_dir", "is required when source = \"text\"")
     t.done()
     t = cols.table("rdma")
-    keep = t._get("keep_files_open")
-    if keep is not None and not isinstance(keep, bool):
-        raise ConfigError("collectors.rdma.keep_files_open", f"must be true or false, got {keep!r}")
     rdma = RdmaSection(t.bool_("enabled", True), t.num("interval_s", 1.0),
-                       t.selection("devices"), t.bool_("passthrough_unknown", False), keep)
+                       t.selection("devices"), t.bool_("passthrough_unknown", False),
+                       _keep_open(t, "rdma"))
     t.done()
     t = cols.table("dcb")
     dcb = DcbSection(t.bool_("enabled", True), t.num("interval_s", 5.0), t.selection("devices"))

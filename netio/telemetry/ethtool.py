@@ -190,6 +190,12 @@ class EthtoolCollector:
             return (m.ETHTOOL_OTHER, (ifname, stat), 1.0) if self.passthrough_unknown else None
         return (mapped.spec, (ifname, *mapped.labels), mapped.scale)
 
+    def close(self) -> None:
+        """Release the source's sockets or handles (the collector is being replaced)."""
+        close = getattr(self.source, "close", None)
+        if close is not None:
+            close()
+
     def collect(self) -> Collection:
         t0 = time.perf_counter()
         samples: list[Sample] = []

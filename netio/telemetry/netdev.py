@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from netio.telemetry import metrics as m
 from netio.telemetry.sample import Collection, Fault, Sample
 from netio.telemetry.selection import ALL, Selection
-from netio.telemetry.sysfs import ReadFault, list_dir, read_attr
+from netio.telemetry.sysfs import AttrReader, ReadFault, is_sysfs, list_dir, read_attr
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +37,10 @@ class LinkSource(Protocol):
 
 
 def _speed(sysfs_root: str, ifname: str) -> int | None:
-    text = read_attr(os.path.join(sysfs_root, "class", "net", ifname, "speed"))
+    return _parse_speed(read_attr(os.path.join(sysfs_root, "class", "net", ifname, "speed")))
+
+
+def _parse_speed(text: str | ReadFault) -> int | None:
     if isinstance(text, ReadFault):
         return None  # EINVAL while the link is down: no speed, not a fault
     try:
@@ -99,28 +102,67 @@ _STAT_FILES = ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets", "rx_errors", 
                "rx_dropped", "tx_dropped")
 
 
-class SysfsLinkSource:
-    """``<sysfs_root>/class/net/<if>/{operstate,mtu,speed,carrier_changes,statistics/*}``."""
+# Files read together per interface, in this order.  speed is read on its own: the
+# kernel refuses it (EINVAL) while the link is down and on virtual devices.
+_SYSFS_FILES = ("operstate", *(f"statistics/{f}" for f in _STAT_FILES), "mtu",
+                "carrier_changes")
 
-    def __init__(self, sysfs_root: str = "/sys") -> None:
+
+class SysfsLinkSource:
+    """``<sysfs_root>/class/net/<if>/{operstate,mtu,speed,carrier_changes,statistics/*}``.
+
+    ``keep_open`` as for the RDMA collector (default: only on a real sysfs mount):
+    the 12 files of an interface are then 12 ``pread`` calls on kept descriptors.
+    """
+
+    def __init__(self, sysfs_root: str = "/sys", *, keep_open: bool | None = None) -> None:
         self.sysfs_root = sysfs_root
+        self.reader = AttrReader(is_sysfs(sysfs_root) if keep_open is None else keep_open)
+        # per interface: its file paths, and kept descriptors with their generation
+        self._paths: dict[str, tuple[str, ...]] = {}
+        self._fds: dict[str, tuple[int, list[int]]] = {}
+
+    def _read(self, name: str, d: str) -> list[str | ReadFault]:
+        paths = self._paths.get(name)
+        if paths is None:
+            paths = self._paths[name] = tuple(os.path.join(d, f) for f in _SYSFS_FILES)
+        reader = self.reader
+        if reader.keep_open:
+            held = self._fds.get(name)
+            fds = held[1] if held is not None and held[0] == reader.generation else None
+            if fds is None:
+                fds = reader.descriptors(paths)
+                if fds is not None:
+                    self._fds[name] = (reader.generation, fds)
+            if fds is not None:
+                pread = os.pread
+                try:
+                    raw = [pread(fd, 4096, 0) for fd in fds]
+                except OSError:
+                    pass  # file by file below, which says which and why
+                else:
+                    return [b.decode("ascii", "replace").strip() for b in raw]
+        return [reader.read(p) for p in paths]
 
     def links(self) -> tuple[list[LinkStats], list[tuple[str, str, str]]]:
         base = os.path.join(self.sysfs_root, "class", "net")
         names = list_dir(base)
         if isinstance(names, ReadFault):
-            return [], []
+            names = []
+        for gone in set(self._paths) - set(names):
+            del self._paths[gone]
+            self._fds.pop(gone, None)
+            self.reader.drop_under(os.path.join(base, gone) + "/")
         out: list[LinkStats] = []
         faults: list[tuple[str, str, str]] = []
         for name in names:
-            d = os.path.join(base, name)
-            oper = read_attr(os.path.join(d, "operstate"))
+            texts = self._read(name, os.path.join(base, name))
+            oper = texts[0]
             if isinstance(oper, ReadFault):
                 faults.append((oper.kind, name, f"operstate: {oper.reason}"))
                 continue
             stats: dict[str, int] = {}
-            for f in _STAT_FILES:
-                t = read_attr(os.path.join(d, "statistics", f))
+            for f, t in zip(_STAT_FILES, texts[1:9], strict=True):
                 if isinstance(t, ReadFault):
                     faults.append((t.kind, f"{name}/statistics/{f}", t.reason))
                     continue
@@ -128,17 +170,21 @@ class SysfsLinkSource:
                     stats[f] = int(t)
                 except ValueError:
                     faults.append(("parse", f"{name}/statistics/{f}", f"not an integer: {t!r}"))
-            mtu = read_attr(os.path.join(d, "mtu"))
-            cc = read_attr(os.path.join(d, "carrier_changes"))
+            mtu, cc = texts[9:11]
+            speed = self.reader.read(os.path.join(base, name, "speed"))
             out.append(LinkStats(
                 ifname=name,
                 oper_up=oper in ("up", "unknown"),
                 mtu_bytes=int(mtu) if isinstance(mtu, str) and mtu.isdigit() else None,
-                speed_mbps=_speed(self.sysfs_root, name),
+                speed_mbps=_parse_speed(speed),
                 carrier_changes=int(cc) if isinstance(cc, str) and cc.isdigit() else None,
                 stats=stats,
             ))
         return out, faults
+
+    def close(self) -> None:
+        self._fds.clear()
+        self.reader.close()
 
 
 _PAIRS = (
@@ -156,6 +202,12 @@ class NetdevCollector:
         self.source = source
         self.devices = devices
         self._previous: frozenset[str] = frozenset()
+
+    def close(self) -> None:
+        """Release the source's sockets or handles (the collector is being replaced)."""
+        close = getattr(self.source, "close", None)
+        if close is not None:
+            close()
 
     def collect(self) -> Collection:
         t0 = time.perf_counter()
