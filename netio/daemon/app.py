@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import os
+import queue
 import signal
 import socket
 import threading
@@ -29,7 +31,7 @@ from typing import Any
 from netio.daemon import eventlog
 from netio.daemon.capture import CaptureManager
 from netio.daemon.config import Alarm, Config, check_paths, load_config
-from netio.daemon.exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, render
+from netio.daemon.exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, Renderer
 from netio.daemon.http import HttpServer, Request, Response
 from netio.daemon.watchdog import PfcWatchdog, StormEventKind, StormKey, StormState, WatchdogConfig
 from netio.daemon.webconfig import BasicAuth, WebConfig, load_web_config
@@ -87,7 +89,8 @@ def build_jobs(config: Config) -> list[Job]:
         nsrc = config.netdev.source
         if nsrc == "auto":
             nsrc = "netlink" if live else "sysfs"
-        src: Any = NetlinkLinkSource(root) if nsrc == "netlink" else SysfsLinkSource(root)
+        src: Any = NetlinkLinkSource(root) if nsrc == "netlink" else SysfsLinkSource(
+            root, keep_open=config.netdev.keep_files_open)
         jobs.append(Job("netdev", NetdevCollector(src, devices=config.netdev.devices),
                         config.netdev.interval_s, False))
     wd_poll = config.watchdog.poll_interval_s if config.watchdog.enabled else None
@@ -119,30 +122,89 @@ def build_jobs(config: Config) -> list[Job]:
     return jobs
 
 
-def _run_in_thread(fn: Callable[[], Collection], name: str) -> asyncio.Future[Collection]:
-    loop = asyncio.get_running_loop()
-    fut: asyncio.Future[Collection] = loop.create_future()
+class _Worker:
+    """The long-lived thread that runs one blocking collector.
 
-    def settle(result: Collection | None, exc: BaseException | None) -> None:
-        if fut.done():
-            return
-        if exc is not None:
-            fut.set_exception(exc)
-        else:
-            fut.set_result(result)  # type: ignore[arg-type]
+    A run is handed over through a queue and its result comes back to the loop
+    with ``call_soon_threadsafe``: two wake-ups per poll, where starting a thread
+    per run costs a clone, a start handshake and an exit.  While a run hangs the
+    daemon hands over nothing else (it reports ``hung``), so a stuck collector
+    keeps only its own thread.
+    """
 
-    def body() -> None:
-        try:
-            res = fn()
-        except BaseException as e:  # reported as a fault of this collector
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(settle, None, e)
-            return
+    def __init__(self, name: str, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._queue: queue.SimpleQueue[
+            tuple[Callable[[], Collection], asyncio.Future[Collection]] | None
+        ] = queue.SimpleQueue()
+        self._then: Callable[[], object] | None = None
+        self._thread = threading.Thread(target=self._main, name=f"netio-{name}", daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[[], Collection]) -> asyncio.Future[Collection]:
+        fut: asyncio.Future[Collection] = self.loop.create_future()
+        self._queue.put((fn, fut))
+        return fut
+
+    def retire(self, then: Callable[[], object] | None) -> None:
+        """End the thread once its current run (if any) has returned, calling
+        ``then`` (the collector's ``close``) on the way out."""
+        self._then = then
+        self._queue.put(None)
+
+    def _main(self) -> None:
+        while (item := self._queue.get()) is not None:
+            fn, fut = item
+            try:
+                res = fn()
+            except BaseException as e:  # reported as a fault of this collector
+                self._settle(fut, None, e)
+            else:
+                self._settle(fut, res, None)
+            del item, fn, fut
+        if self._then is not None:
+            try:
+                self._then()
+            except Exception as e:  # a collector that fails to close is only logged
+                eventlog.emit("collector_close_failed", level=logging.WARNING,
+                              error=f"{type(e).__name__}: {e}")
+
+    def _settle(self, fut: asyncio.Future[Collection], result: Collection | None,
+                exc: BaseException | None) -> None:
+        def settle() -> None:
+            if fut.done():
+                return
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(result)  # type: ignore[arg-type]
+
         with contextlib.suppress(RuntimeError):  # loop closed during shutdown
-            loop.call_soon_threadsafe(settle, res, None)
+            self.loop.call_soon_threadsafe(settle)
 
-    threading.Thread(target=body, name=f"netio-{name}", daemon=True).start()
-    return fut
+
+async def _result_within(fut: asyncio.Future[Collection], timeout_s: float) -> Collection:
+    """``fut``'s result, or TimeoutError after ``timeout_s``; ``fut`` itself is
+    left running either way (a worker thread cannot be interrupted).  Cheaper than
+    ``wait_for(shield(fut))``, and a cancellation of the caller is never lost."""
+    if not fut.done():
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+
+        def wake(_f: object = None) -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        fut.add_done_callback(wake)
+        handle = loop.call_later(timeout_s, wake)
+        try:
+            await waiter
+        finally:
+            handle.cancel()
+            fut.remove_done_callback(wake)
+        if not fut.done():
+            raise TimeoutError
+    return fut.result()
 
 
 @dataclass
@@ -173,9 +235,14 @@ class Daemon:
         self.snapshot = Snapshot(0, {}, (), empty_profile(self.host, time.time()))
         self._render_cache: dict[bool, tuple[int, bytes]] = {}
         self._render_lock = asyncio.Lock()
+        # one per part: each bounds its remembered series by what it renders
+        self._renderer = Renderer()
+        self._health_renderer = Renderer()
         self.render_duration_s = 0.0
         self._tasks: list[asyncio.Task[None]] = []
         self._pending: dict[str, asyncio.Future[Collection]] = {}
+        self._workers: dict[str, tuple[Job, _Worker]] = {}  # by job name
+        self._generation = 0  # of the running jobs; _stop_jobs starts a new one
         self._stop = asyncio.Event()
         self._publish_handle: asyncio.TimerHandle | None = None
         self.server: HttpServer | None = None
@@ -305,27 +372,37 @@ class Daemon:
         for job in self.jobs:
             self.health.setdefault(job.name, _Health())
             self._tasks.append(asyncio.get_running_loop().create_task(
-                self._job_loop(job), name=f"collector-{job.name}"))
+                self._job_loop(job, self._generation), name=f"collector-{job.name}"))
 
     def _stop_jobs(self) -> None:
+        # Loops of an older generation end even where a cancellation is lost (an
+        # asyncio.wait_for whose inner future completed at the same moment swallows it).
+        self._generation += 1
         for t in self._tasks:
             t.cancel()
         self._tasks = []
+        # The collectors are being replaced (reload) or the daemon stops: each
+        # worker closes its collector (kept descriptors) once a run in flight returns.
+        for job, worker in self._workers.values():
+            worker.retire(getattr(job.collector, "close", None))
+        self._workers = {}
 
     # ---- collection ---------------------------------------------------------------------
-    async def _job_loop(self, job: Job) -> None:
+    async def _job_loop(self, job: Job, generation: int) -> None:
         loop = asyncio.get_running_loop()
         timeout = min(self.config.daemon.collector_timeout_s, max(job.interval_s * 5, 1.0))
         next_at = loop.time()
-        while True:
-            await self._run_once(job, timeout)
+        while generation == self._generation:
+            await self._run_once(job, timeout, generation)
             next_at += job.interval_s
             now = loop.time()
             if next_at < now:  # fell behind (slow collector): skip missed ticks
                 next_at = now + job.interval_s - (now - next_at) % job.interval_s
             await asyncio.sleep(next_at - now)
 
-    async def _run_once(self, job: Job, timeout: float) -> None:
+    async def _run_once(self, job: Job, timeout: float, generation: int | None = None) -> None:
+        """One run of ``job``; its result is dropped when the jobs were replaced
+        meanwhile (``generation`` no longer current)."""
         h = self.health.setdefault(job.name, _Health())
         pending = self._pending.get(job.name)
         if pending is not None and not pending.done():
@@ -338,9 +415,9 @@ class Daemon:
             if job.is_async:
                 col = await asyncio.wait_for(job.collector.collect_async(), timeout)
             else:
-                fut = _run_in_thread(job.collector.collect, job.name)
+                fut = self._worker(job).submit(job.collector.collect)
                 self._pending[job.name] = fut
-                col = await asyncio.wait_for(asyncio.shield(fut), timeout)
+                col = await _result_within(fut, timeout)
         except TimeoutError:
             h.duration_s = time.perf_counter() - t0
             self._faults(job.name, (Fault(job.name, "timeout", job.name,
@@ -354,7 +431,18 @@ class Daemon:
                                           f"{type(e).__name__}: {e}"),), ok=False)
             return
         h.duration_s = time.perf_counter() - t0
+        if generation is not None and generation != self._generation:
+            return  # from a collector that has been replaced
         self.ingest(col, job_name=job.name)
+
+    def _worker(self, job: Job) -> _Worker:
+        held = self._workers.get(job.name)
+        if held is None or held[0] is not job:
+            if held is not None:
+                held[1].retire(None)
+            held = self._workers[job.name] = (job, _Worker(job.name,
+                                                           asyncio.get_running_loop()))
+        return held[1]
 
     async def collect_once(self) -> Snapshot:
         """Run every collector once and publish the snapshot now (``--once``)."""
@@ -514,15 +602,17 @@ class Daemon:
                 if cached is None or cached[0] != snap.version:
                     def work() -> bytes:
                         t0 = time.perf_counter()
-                        samples = [s for c in snap.collections.values() for s in c.samples]
-                        samples.extend(snap.extra)
-                        body = render(samples, openmetrics=openmetrics, eof=False)
+                        samples = itertools.chain(
+                            *(c.samples for c in snap.collections.values()), snap.extra)
+                        body = self._renderer.render(samples, openmetrics=openmetrics,
+                                                     eof=False)
                         self.render_duration_s = time.perf_counter() - t0
                         return body
                     body = await asyncio.to_thread(work)
                     cached = (snap.version, body)
                     self._render_cache[openmetrics] = cached
-        return cached[1] + render(self.health_samples(), openmetrics=openmetrics)
+        health = self._health_renderer.render(self.health_samples(), openmetrics=openmetrics)
+        return cached[1] + health
 
     # ---- HTTP handlers --------------------------------------------------------------------
     def _count_request(self, path: str, code: int) -> None:

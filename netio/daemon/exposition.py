@@ -1,66 +1,130 @@
-"""Samples to the Prometheus text (0.0.4) or OpenMetrics exposition, via prometheus-client."""
+"""Samples to the Prometheus text (0.0.4) or OpenMetrics (1.0.0) exposition.
+
+The output is byte for byte what prometheus-client's ``generate_latest`` writes
+for the same metric families (tests hold it to that): families sorted by name,
+``# HELP`` and ``# TYPE`` lines, label pairs sorted by label name, values in Go's
+float format.  It is written here rather than through prometheus-client because
+that builds a family object, a sample tuple and a label dict per series per
+scrape; a :class:`Renderer` instead keeps each series' ``name{labels} `` text
+from one snapshot to the next, so rendering is one value format per series.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    Metric,
-    UnknownMetricFamily,
-)
-from prometheus_client.exposition import generate_latest
-from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
-from prometheus_client.registry import Collector
+import math
+from collections.abc import Iterable
 
 from netio.telemetry.sample import MetricKind, MetricSpec, Sample
 
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
-
-def families(samples: Iterable[Sample]) -> list[Metric]:
-    """Group samples into metric families; a repeated series keeps its first value."""
-    by_spec: dict[str, tuple[MetricSpec, dict[tuple[str, ...], float]]] = {}
-    for s in samples:
-        entry = by_spec.get(s.spec.name)
-        if entry is None:
-            entry = by_spec[s.spec.name] = (s.spec, {})
-        entry[1].setdefault(s.labels, s.value)
-    out: list[Metric] = []
-    for name in sorted(by_spec):
-        spec, series = by_spec[name]
-        fam: Metric
-        labels = list(spec.labels)
-        if spec.kind is MetricKind.COUNTER:
-            fam = CounterMetricFamily(name, spec.help, labels=labels)
-        elif spec.kind is MetricKind.GAUGE:
-            fam = GaugeMetricFamily(name, spec.help, labels=labels)
-        else:
-            fam = UnknownMetricFamily(name, spec.help, labels=labels)
-        for lv, v in series.items():
-            fam.add_metric(list(lv), v)
-        out.append(fam)
-    return out
+_INF = math.inf
 
 
-class _Once(Collector):
-    def __init__(self, fams: list[Metric]) -> None:
-        self._fams = fams
+def go_float(value: float) -> str:
+    """A value as Prometheus writes it: Go's ``%g``-like float text (``1.0``,
+    ``1.5e+06``, ``+Inf``, ``NaN``)."""
+    d = float(value)
+    if -_INF < d < 1e6:  # the common case: Python's repr is Go's text
+        return repr(d)
+    if d == _INF:
+        return "+Inf"
+    if d == -_INF:
+        return "-Inf"
+    if d != d:
+        return "NaN"
+    s = repr(d)
+    dot = s.find(".")
+    # Go switches to an exponent from 1e21 down to 1e6 where Python does not.
+    if d > 0 and dot > 6:
+        mantissa = f"{s[0]}.{s[1:dot]}{s[dot + 1:]}".rstrip("0.")
+        return f"{mantissa}e+{dot - 1:02d}"
+    return s
 
-    def collect(self) -> Iterator[Metric]:
-        return iter(self._fams)
+
+def _escape_label_value(v: str) -> str:
+    return v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
-def render(samples: Iterable[Sample], *, openmetrics: bool = False,
-           eof: bool = True) -> bytes:
-    """Exposition bytes.  ``eof=False`` leaves off OpenMetrics' ``# EOF`` so that
-    another rendered part can follow."""
-    reg = _Once(families(samples))
-    if not openmetrics:
-        return generate_latest(reg)
-    body: bytes = generate_openmetrics(reg)  # type: ignore[no-untyped-call]
-    if not eof and body.endswith(b"# EOF\n"):
-        body = body[:-6]
-    return body
+def _counter_base(name: str) -> str:
+    return name[:-6] if name.endswith("_total") else name
+
+
+def _head(spec: MetricSpec, openmetrics: bool) -> str:
+    if spec.kind is MetricKind.COUNTER:
+        base = _counter_base(spec.name)
+        name, kind = (base, "counter") if openmetrics else (base + "_total", "counter")
+    elif spec.kind is MetricKind.GAUGE:
+        name, kind = spec.name, "gauge"
+    else:
+        name, kind = spec.name, "unknown" if openmetrics else "untyped"
+    doc = spec.help.replace("\\", r"\\").replace("\n", r"\n")
+    if openmetrics:
+        doc = doc.replace('"', r"\"")
+    return f"# HELP {name} {doc}\n# TYPE {name} {kind}\n"
+
+
+def _prefix(spec: MetricSpec, labels: tuple[str, ...]) -> str:
+    name = _counter_base(spec.name) + "_total" if spec.kind is MetricKind.COUNTER \
+        else spec.name
+    if not labels:
+        return name + " "
+    pairs = ",".join(f'{k}="{_escape_label_value(v)}"'
+                     for k, v in sorted(zip(spec.labels, labels, strict=True)))
+    return f"{name}{{{pairs}}} "
+
+
+class Renderer:
+    """Renders samples, remembering each series' line prefix and each family's
+    header between calls (the series of a host change rarely)."""
+
+    # Forget remembered prefixes when they outnumber this many times the series
+    # rendered (devices come and go; the cache must not grow without bound).
+    _SLACK = 2
+
+    def __init__(self) -> None:
+        self._prefixes: dict[tuple[str, tuple[str, ...]], str] = {}
+        self._heads: dict[tuple[str, bool], str] = {}
+
+    def render(self, samples: Iterable[Sample], *, openmetrics: bool = False,
+               eof: bool = True) -> bytes:
+        """Exposition bytes.  ``eof=False`` leaves off OpenMetrics' ``# EOF`` so that
+        another rendered part can follow.  A repeated series keeps its first value."""
+        by_name: dict[str, tuple[MetricSpec, dict[tuple[str, ...], float]]] = {}
+        for s in samples:
+            entry = by_name.get(s.spec.name)
+            if entry is None:
+                entry = by_name[s.spec.name] = (s.spec, {})
+            series = entry[1]
+            if s.labels not in series:
+                series[s.labels] = s.value
+        prefixes, heads = self._prefixes, self._heads
+        out: list[str] = []
+        n_series = 0
+        for name in sorted(by_name):
+            spec, series = by_name[name]
+            head = heads.get((name, openmetrics))
+            if head is None:
+                head = heads[(name, openmetrics)] = _head(spec, openmetrics)
+            out.append(head)
+            n_series += len(series)
+            for labels, value in series.items():
+                prefix = prefixes.get((name, labels))
+                if prefix is None:
+                    prefix = prefixes[(name, labels)] = _prefix(spec, labels)
+                out.append(prefix)
+                out.append(go_float(value))
+                out.append("\n")
+        if openmetrics and eof:
+            out.append("# EOF\n")
+        if len(prefixes) > self._SLACK * n_series + 1024:
+            self._prefixes = {}
+        if len(heads) > self._SLACK * 2 * len(by_name) + 64:
+            self._heads = {}
+        return "".join(out).encode()
+
+
+def render(samples: Iterable[Sample], *, openmetrics: bool = False, eof: bool = True) -> bytes:
+    """One-off rendering (see :meth:`Renderer.render`)."""
+    return Renderer().render(samples, openmetrics=openmetrics, eof=eof)

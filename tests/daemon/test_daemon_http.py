@@ -311,3 +311,43 @@ def test_render_is_shared_by_concurrent_scrapers(mlx5_host: Mlx5Host) -> None:
 
         bodies = call_in_loop(d, many)
         assert all(b.startswith(b"# HELP") for b in bodies)
+
+
+class ThreadRecordingCollector:
+    name = "rec"
+
+    def __init__(self) -> None:
+        self.threads: set[threading.Thread] = set()
+        self.runs = 0
+        self.closed = threading.Event()
+
+    def collect(self) -> Collection:
+        self.threads.add(threading.current_thread())
+        self.runs += 1
+        return Collection(self.name, (), (), time.time_ns())
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+def test_collector_runs_on_one_thread_and_is_closed_when_replaced(tmp_path: Path) -> None:
+    cfg_file = tmp_path / "d.toml"
+    cfg_file.write_text('[daemon]\nlisten = "127.0.0.1:0"\n')
+    made: list[ThreadRecordingCollector] = []
+
+    def jobs(_c: Config) -> list[Job]:
+        made.append(ThreadRecordingCollector())
+        return [Job("rec", made[-1], 0.05, False)]
+
+    threads_before = threading.active_count()
+    with running_daemon(parse_config({"daemon": {"listen": "127.0.0.1:0"}}), jobs,
+                        config_path=str(cfg_file)) as d:
+        wait_for(lambda: made[0].runs >= 6)
+        assert len(made[0].threads) == 1  # one long-lived worker, not a thread per run
+        assert not made[0].closed.is_set()
+        assert call_in_loop(d, d.reload) is True
+        assert made[0].closed.wait(5)  # the replaced collector released what it holds
+        wait_for(lambda: made[1].runs >= 3)
+        assert len(made[1].threads) == 1 and not made[1].threads & made[0].threads
+        assert threading.active_count() <= threads_before + 4
+    assert made[1].closed.wait(5)  # and at shutdown
