@@ -1,14 +1,16 @@
 """The daemon: collectors on a schedule, a snapshot store, the HTTP API, the
 storm watchdog, alarms and triggered captures, and signal handling.
 
-Threads: each blocking collector run happens in its own daemon thread, so a
+Threads: each blocking collector runs in its own long-lived worker thread, so a
 hung collector (a sysfs read stuck in a driver) blocks neither the event loop
 nor the other collectors nor shutdown; while it hangs, its later runs are
 skipped and reported as ``hung`` faults.  Everything else runs on the loop.
 
-Scrapes read the latest immutable :class:`Snapshot`; its exposition is
-rendered once per snapshot version (in a worker thread) and shared by all
-concurrent scrapers.
+Each poll publishes a :class:`Snapshot` (collectors that finish together share
+one).  What is derived from it (derived gauges, watchdog and alarm series, the
+fabric profile) is computed only when a scrape or ``/api/profile`` first asks,
+and its exposition is rendered once per snapshot (in a worker thread) and
+shared by all concurrent scrapers.
 """
 
 from __future__ import annotations
@@ -47,12 +49,35 @@ VERSION = "0.1.0"
 PUBLISH_DELAY_S = 0.05
 
 
-@dataclass(frozen=True)
 class Snapshot:
-    version: int
-    collections: Mapping[str, Collection]
-    extra: tuple[Sample, ...]
-    profile: FabricProfile
+    """What scrapes and ``/api/profile`` read: the latest collections, and what is
+    derived from them (derived gauges, watchdog and alarm series, the fabric
+    profile).  The derived part is computed when first asked for, once per
+    snapshot: most polls are never scraped."""
+
+    __slots__ = ("_derive", "_derived", "_lock", "collections", "version")
+
+    def __init__(self, version: int, collections: Mapping[str, Collection],
+                 derive: Callable[[], tuple[tuple[Sample, ...], FabricProfile]]) -> None:
+        self.version = version
+        self.collections = collections
+        self._derive = derive
+        self._derived: tuple[tuple[Sample, ...], FabricProfile] | None = None
+        self._lock = threading.Lock()  # a render thread and the loop may ask at once
+
+    def _get(self) -> tuple[tuple[Sample, ...], FabricProfile]:
+        with self._lock:
+            if self._derived is None:
+                self._derived = self._derive()
+            return self._derived
+
+    @property
+    def extra(self) -> tuple[Sample, ...]:
+        return self._get()[0]
+
+    @property
+    def profile(self) -> FabricProfile:
+        return self._get()[1]
 
 
 @dataclass
@@ -232,7 +257,8 @@ class Daemon:
         self.reloads = {"success": 0, "failure": 0}
         self.last_reload_ok = True
         self._version = 0
-        self.snapshot = Snapshot(0, {}, (), empty_profile(self.host, time.time()))
+        first = ((), empty_profile(self.host, time.time()))
+        self.snapshot = Snapshot(0, {}, lambda: first)
         self._render_cache: dict[bool, tuple[int, bytes]] = {}
         self._render_lock = asyncio.Lock()
         # one per part: each bounds its remembered series by what it renders
@@ -550,29 +576,38 @@ class Daemon:
         return hits if seen else None
 
     # ---- snapshot -----------------------------------------------------------------------
-    def _storms(self) -> dict[tuple[str, str, int], float]:
-        return {(k.device, k.direction, k.priority): since / 1e9
-                for k, st, _d, _r, _l, since in self.watchdog.queues()
-                if st is StormState.STORMED}
-
     def _publish(self) -> None:
         self._publish_handle = None
+        # What the derived part needs, captured now (each is replaced, not mutated,
+        # by later polls); the work itself waits until something reads it.
         now = time.time()
-        dsamples, profile = derived.build(self.collections, self.derivation, self._storms(),
-                                          self.host, now)
-        extra: list[Sample] = list(dsamples)
-        for k, st, det, res, last, _since in self.watchdog.queues():
-            lv = (k.device, k.direction, str(k.priority))
-            extra.append(Sample(m.WD_STORM_ACTIVE, lv, float(st is StormState.STORMED)))
-            extra.append(Sample(m.WD_DETECTED, lv, float(det)))
-            extra.append(Sample(m.WD_RESTORED, lv, float(res)))
-            if last is not None:
-                extra.append(Sample(m.WD_LAST_DURATION, lv, last))
+        collections = dict(self.collections)
+        rates = self.derivation.snapshot()
+        queues = self.watchdog.queues()
+        alarms: list[tuple[str, bool]] = []
         for a in self.config.alarms:
-            ast = self.alarms.get(a.name)
-            extra.append(Sample(m.ALARM_FIRING, (a.name,), float(bool(ast and ast.firing))))
+            state = self.alarms.get(a.name)
+            alarms.append((a.name, state is not None and state.firing))
+        host = self.host
+
+        def derive() -> tuple[tuple[Sample, ...], FabricProfile]:
+            storms = {(k.device, k.direction, k.priority): since / 1e9
+                      for k, st, _d, _r, _l, since in queues if st is StormState.STORMED}
+            dsamples, profile = derived.build(collections, rates, storms, host, now)
+            extra: list[Sample] = list(dsamples)
+            for k, st, det, res, last, _since in queues:
+                lv = (k.device, k.direction, str(k.priority))
+                extra.append(Sample(m.WD_STORM_ACTIVE, lv, float(st is StormState.STORMED)))
+                extra.append(Sample(m.WD_DETECTED, lv, float(det)))
+                extra.append(Sample(m.WD_RESTORED, lv, float(res)))
+                if last is not None:
+                    extra.append(Sample(m.WD_LAST_DURATION, lv, last))
+            for name, firing in alarms:
+                extra.append(Sample(m.ALARM_FIRING, (name,), float(firing)))
+            return tuple(extra), profile
+
         self._version += 1
-        self.snapshot = Snapshot(self._version, dict(self.collections), tuple(extra), profile)
+        self.snapshot = Snapshot(self._version, collections, derive)
 
     def health_samples(self) -> list[Sample]:
         out: list[Sample] = [Sample(m.BUILD_INFO, (VERSION,), 1.0)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from netio.telemetry import metrics as m
 from netio.telemetry.profile import (
@@ -22,7 +23,7 @@ from netio.telemetry.profile import (
     SwitchInterfaceProfile,
 )
 from netio.telemetry.rates import CounterRates
-from netio.telemetry.sample import Collection, Sample, select, values_of
+from netio.telemetry.sample import Collection, Sample, select, select_keyed, values_of
 
 RATE_SPECS = frozenset(s.name for s in (
     m.NET_BYTES, m.PFC_PAUSE_FRAMES, m.PFC_PAUSE_DURATION, m.NIC_PRIO_PACKETS, m.RDMA_BYTES,
@@ -53,6 +54,18 @@ class WatchInput:
     tx_progress: bool | None
 
 
+class Rates(Protocol):
+    """The latest rates per collector (a :class:`Derivation`, or a snapshot of one)."""
+
+    @property
+    def rates(self) -> Mapping[str, Mapping[Key, float]]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RatesSnapshot:
+    rates: Mapping[str, Mapping[Key, float]]
+
+
 class Derivation:
     """Keeps the counter history and the latest rates of each collector."""
 
@@ -66,15 +79,19 @@ class Derivation:
         out: dict[Key, float] = {}
         keep: set[Hashable] = set()
         history = self._history.setdefault(col.collector, CounterRates())
-        for s in select(col.samples, self.wanted):
-            key = s.key
+        ts_ns = col.ts_ns
+        for key, value, width_bits in select_keyed(col.samples, self.wanted):
             keep.add(key)
-            r = history.update(key, s.value, col.ts_ns, s.width_bits)
+            r = history.update(key, value, ts_ns, width_bits)
             if r is not None:
                 out[key] = r
         history.forget_except(keep)
-        self.rates[col.collector] = out
+        self.rates[col.collector] = out  # replaced, never changed: snapshots share it
         return out
+
+    def snapshot(self) -> RatesSnapshot:
+        """The rates as they are now, unaffected by later ingests."""
+        return RatesSnapshot(dict(self.rates))
 
 
 def _r(rates: Mapping[Key, float], name: str, *labels: str) -> float | None:
@@ -118,7 +135,7 @@ def _bps(v: float | None) -> float | None:
     return None if v is None else v * 8.0
 
 
-def build(collections: Mapping[str, Collection], derivation: Derivation,
+def build(collections: Mapping[str, Collection], derivation: Rates,
           storms: Mapping[tuple[str, str, int], float], host: str,
           now_unix_s: float) -> tuple[list[Sample], FabricProfile]:
     """Derived gauges and the fabric profile from the latest collections.

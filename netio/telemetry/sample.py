@@ -60,6 +60,8 @@ class SeriesPlan:
     # positions of each metric name, and memoised position lists per name set
     _by_name: dict[str, list[int]] = field(init=False, repr=False)
     _selected: dict[frozenset[str], tuple[int, ...]] = field(init=False, repr=False)
+    # (metric name, labels) per series: the key rates are kept under
+    keys: tuple[tuple[str, tuple[str, ...]], ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         n = len(self.specs)
@@ -70,6 +72,8 @@ class SeriesPlan:
             by_name.setdefault(spec.name, []).append(i)
         object.__setattr__(self, "_by_name", by_name)
         object.__setattr__(self, "_selected", {})
+        object.__setattr__(self, "keys", tuple(
+            (spec.name, lv) for spec, lv in zip(self.specs, self.labels, strict=True)))
 
     def __len__(self) -> int:
         return len(self.specs)
@@ -124,6 +128,17 @@ class PlannedSamples(Sequence[Sample]):
                 if v is not None:
                     yield Sample(specs[i], labels[i], v * scales[i], widths[i])
 
+    def select_keyed(self, names: frozenset[str]
+                     ) -> Iterator[tuple[tuple[str, tuple[str, ...]], float, int]]:
+        """(key, value, width_bits) of the samples :meth:`select` yields, without
+        making the Sample objects."""
+        for plan, values in self.parts:
+            keys, scales, widths = plan.keys, plan.scales, plan.widths
+            for i in plan.positions(names):
+                v = values[i]
+                if v is not None:
+                    yield keys[i], v * scales[i], widths[i]
+
     def _all(self) -> tuple[Sample, ...]:
         if self._items is None:
             self._items = tuple(self._generate())
@@ -153,6 +168,14 @@ def select(samples: Sequence[Sample], names: frozenset[str]) -> Iterator[Sample]
     if isinstance(samples, PlannedSamples):
         return samples.select(names)
     return (s for s in samples if s.spec.name in names)
+
+
+def select_keyed(samples: Sequence[Sample], names: frozenset[str]
+                 ) -> Iterator[tuple[tuple[str, tuple[str, ...]], float, int]]:
+    """(key, value, width_bits) of the samples of the metrics named in ``names``."""
+    if isinstance(samples, PlannedSamples):
+        return samples.select_keyed(names)
+    return ((s.key, s.value, s.width_bits) for s in samples if s.spec.name in names)
 
 
 def values_of(samples: Sequence[Sample], name: str) -> Mapping[tuple[str, ...], float]:

@@ -17,7 +17,14 @@ from netio.telemetry import metrics as m
 from netio.telemetry import rdma, sysfs
 from netio.telemetry.netdev import NetdevCollector, SysfsLinkSource
 from netio.telemetry.rdma import RdmaSysfsCollector
-from netio.telemetry.sample import Collection, PlannedSamples, Sample, SeriesPlan, select
+from netio.telemetry.sample import (
+    Collection,
+    PlannedSamples,
+    Sample,
+    SeriesPlan,
+    select,
+    select_keyed,
+)
 from netio.telemetry.sysfs import COUNTER_BYTES, AttrReader, CounterReader, read_counters_py
 
 # ---- CounterReader: C against the Python reference -----------------------------------------
@@ -222,6 +229,8 @@ def test_planned_samples_behave_as_the_tuple_they_stand_for() -> None:
     names = frozenset({m.RDMA_CNP.name, m.RDMA_BYTES.name})
     assert list(select(ps, names)) == [want[1], want[2], want[3]]
     assert list(select(want, names)) == [want[1], want[2], want[3]]
+    keyed = [(w.key, w.value, w.width_bits) for w in want[1:]]
+    assert list(select_keyed(ps, names)) == keyed == list(select_keyed(want, names))
     assert PlannedSamples([]) == ()
     with pytest.raises(ValueError, match="does not match"):
         PlannedSamples([(plan, [1, 2])])
