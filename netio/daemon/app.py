@@ -111,11 +111,10 @@ def build_jobs(config: Config) -> list[Job]:
     live = os.path.realpath(root) == "/sys"
     jobs: list[Job] = []
     if config.netdev.enabled:
-        nsrc = config.netdev.source
-        if nsrc == "auto":
-            nsrc = "netlink" if live else "sysfs"
-        src: Any = NetlinkLinkSource(root) if nsrc == "netlink" else SysfsLinkSource(
-            root, keep_open=config.netdev.keep_files_open)
+        # auto is sysfs: the same counters as rtnetlink's, at a fraction of the CPU
+        src: Any = NetlinkLinkSource(root) if config.netdev.source == "netlink" \
+            else SysfsLinkSource(root, keep_open=config.netdev.keep_files_open,
+                                 devices=config.netdev.devices)
         jobs.append(Job("netdev", NetdevCollector(src, devices=config.netdev.devices),
                         config.netdev.interval_s, False))
     wd_poll = config.watchdog.poll_interval_s if config.watchdog.enabled else None

@@ -25,6 +25,7 @@ from netio.telemetry.sample import (
     select,
     select_keyed,
 )
+from netio.telemetry.selection import Selection
 from netio.telemetry.sysfs import COUNTER_BYTES, AttrReader, CounterReader, read_counters_py
 
 # ---- CounterReader: C against the Python reference -----------------------------------------
@@ -236,3 +237,19 @@ def test_planned_samples_behave_as_the_tuple_they_stand_for() -> None:
         PlannedSamples([(plan, [1, 2])])
     with pytest.raises(ValueError, match="differ in length"):
         SeriesPlan(specs, labels[:2], (1.0,) * 4, (64,) * 4)
+
+
+def test_netdev_sysfs_reads_only_selected_interfaces_and_honours_carrier(
+        mlx5_host: Mlx5Host) -> None:
+    h = Mlx5Host(mlx5_host.root / "two", devices=2)
+    (h.sys / "class/net/ens1f0np0/operstate").write_text("unknown\n")
+    (h.sys / "class/net/ens1f0np0/carrier").write_text("0\n")  # as IFLA_CARRIER 0: down
+    src = SysfsLinkSource(str(h.sys), keep_open=True, devices=Selection(("ens1*",)))
+    col = NetdevCollector(src).collect()
+    assert col.sources == ("ens1f0np0",) and col.faults == ()
+    assert {s.key: s.value for s in col.samples}[(m.NET_UP.name, ("ens1f0np0",))] == 0
+    assert src.reader._fds and all("/ens1f0np0/" in p for p in src.reader._fds)
+    (h.sys / "class/net/ens1f0np0/carrier").write_text("1\n")
+    assert {s.key: s.value for s in NetdevCollector(src).collect().samples}[
+        (m.NET_UP.name, ("ens1f0np0",))] == 1
+    src.close()
