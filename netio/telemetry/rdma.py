@@ -165,10 +165,11 @@ class RdmaSysfsCollector:
     """Reads every port of every RDMA device under ``<sysfs_root>/class/infiniband``.
 
     Each port has a read plan (:class:`_PortPlan`): its files, their series and,
-    with ``keep_open``, their descriptors.  A poll is then one ``pread`` per file
-    and one ``int()`` per value into a list; samples are made only when something
-    asks for them (:class:`PlannedSamples`).  Any read or parse problem sends that
-    port down the file-by-file path, which says what went wrong where.
+    with ``keep_open``, their descriptors.  A poll is then three attribute reads
+    and one :class:`CounterReader` call (C when built) for all its counter files,
+    into a list of ints; samples are made only when something asks for them
+    (:class:`PlannedSamples`).  A file that does not read as a number is read
+    again on its own, which says what went wrong where.
     """
 
     name = "rdma"

@@ -12,6 +12,7 @@ import errno
 import os
 import resource
 import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,17 @@ def keep_budget() -> int:
 
 _kept_lock = threading.Lock()
 _kept_total = 0  # descriptors kept by all readers of this process
+
+
+def _release(fds: dict[str, int]) -> None:
+    """Close what a reader kept (its close(), or its finalizer when it is dropped)."""
+    global _kept_total
+    n = len(fds)
+    for fd in fds.values():
+        os.close(fd)
+    fds.clear()
+    with _kept_lock:
+        _kept_total -= n
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +127,9 @@ class AttrReader:
         self._fds: dict[str, int] = {}
         self.generation = 0
         self._budget = keep_budget()
+        # A reader dropped without close() (a collector replaced, a test) still
+        # gives its descriptors back.
+        weakref.finalize(self, _release, self._fds)
 
     def _open(self, path: str) -> int | ReadFault | None:
         """A kept descriptor; None when no more may be kept (read without keeping)."""
@@ -184,8 +199,9 @@ class AttrReader:
             self.drop(p)
 
     def close(self) -> None:
-        for p in list(self._fds):
-            self.drop(p)
+        if self._fds:
+            self.generation += 1
+        _release(self._fds)
 
 
 # Bytes read per counter file (as native/sysfs_counters.c): a 64-bit counter is

@@ -197,6 +197,15 @@ def test_attr_reader_keeps_a_descriptor_the_driver_refused(tmp_path: Path) -> No
     assert r._fds == {} and r.generation == before + 1
 
 
+def test_a_dropped_reader_gives_its_descriptors_back(mlx5_host: Mlx5Host) -> None:
+    before = sysfs._kept_total
+    c = RdmaSysfsCollector(str(mlx5_host.sys), keep_open=True)
+    c.collect()
+    assert sysfs._kept_total > before
+    del c
+    assert sysfs._kept_total == before
+
+
 # ---- netdev from sysfs with kept descriptors -------------------------------------------------
 
 def test_netdev_kept_descriptors_match_and_follow_in_place_updates(mlx5_host: Mlx5Host) -> None:
