@@ -39,12 +39,12 @@ _kept_total = 0  # descriptors kept by all readers of this process
 def _release(fds: dict[str, int]) -> None:
     """Close what a reader kept (its close(), or its finalizer when it is dropped)."""
     global _kept_total
-    n = len(fds)
-    for fd in fds.values():
+    with _kept_lock:  # taken out at once: a second caller finds nothing left to close
+        kept = list(fds.values())
+        fds.clear()
+        _kept_total -= len(kept)
+    for fd in kept:
         os.close(fd)
-    fds.clear()
-    with _kept_lock:
-        _kept_total -= n
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +129,7 @@ class AttrReader:
         self._budget = keep_budget()
         # A reader dropped without close() (a collector replaced, a test) still
         # gives its descriptors back.
-        weakref.finalize(self, _release, self._fds)
+        weakref.finalize(self, _release, self._fds).atexit = False  # exit closes them anyway
 
     def _open(self, path: str) -> int | ReadFault | None:
         """A kept descriptor; None when no more may be kept (read without keeping)."""
