@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import json
 import logging
 import os
@@ -636,10 +635,10 @@ class Daemon:
                 if cached is None or cached[0] != snap.version:
                     def work() -> bytes:
                         t0 = time.perf_counter()
-                        samples = itertools.chain(
-                            *(c.samples for c in snap.collections.values()), snap.extra)
-                        body = self._renderer.render(samples, openmetrics=openmetrics,
-                                                     eof=False)
+                        groups = [c.samples for c in snap.collections.values()]
+                        groups.append(snap.extra)
+                        body = self._renderer.render_all(groups, openmetrics=openmetrics,
+                                                         eof=False)
                         self.render_duration_s = time.perf_counter() - t0
                         return body
                     body = await asyncio.to_thread(work)

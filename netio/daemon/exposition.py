@@ -6,7 +6,8 @@ for the same metric families (tests hold it to that): families sorted by name,
 float format.  It is written here rather than through prometheus-client because
 that builds a family object, a sample tuple and a label dict per series per
 scrape; a :class:`Renderer` instead keeps each series' ``name{labels} `` text
-from one snapshot to the next, so rendering is one value format per series.
+from one snapshot to the next (per read plan for :class:`PlannedSamples`), so
+rendering is one value format per series.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from netio.telemetry.sample import MetricKind, MetricSpec, Sample
+from netio.telemetry.sample import MetricKind, MetricSpec, PlannedSamples, Sample, SeriesPlan
 
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -86,33 +87,72 @@ class Renderer:
     def __init__(self) -> None:
         self._prefixes: dict[tuple[str, tuple[str, ...]], str] = {}
         self._heads: dict[tuple[str, bool], str] = {}
+        # per read plan (kept while it is rendered): each series' prefix
+        self._plans: dict[SeriesPlan, tuple[str, ...]] = {}
 
     def render(self, samples: Iterable[Sample], *, openmetrics: bool = False,
                eof: bool = True) -> bytes:
         """Exposition bytes.  ``eof=False`` leaves off OpenMetrics' ``# EOF`` so that
         another rendered part can follow.  A repeated series keeps its first value."""
-        by_name: dict[str, tuple[MetricSpec, dict[tuple[str, ...], float]]] = {}
-        for s in samples:
-            entry = by_name.get(s.spec.name)
-            if entry is None:
-                entry = by_name[s.spec.name] = (s.spec, {})
-            series = entry[1]
-            if s.labels not in series:
-                series[s.labels] = s.value
+        return self.render_all((samples,), openmetrics=openmetrics, eof=eof)
+
+    def render_all(self, groups: Iterable[Iterable[Sample]], *, openmetrics: bool = False,
+                   eof: bool = True) -> bytes:
+        """:meth:`render` of the groups one after the other; a
+        :class:`PlannedSamples` group is read from its plans, without Sample objects."""
+        # name -> (spec, labels -> value, labels -> prefix where a plan gave it); no
+        # per-series containers, which would feed the garbage collector
+        by_name: dict[str, tuple[MetricSpec, dict[tuple[str, ...], float],
+                                 dict[tuple[str, ...], str]]] = {}
+        plans = self._plans
+        seen_plans: dict[SeriesPlan, tuple[str, ...]] = {}
+        for group in groups:
+            if isinstance(group, PlannedSamples):
+                for plan, values in group.parts:
+                    pre = seen_plans.get(plan) or plans.get(plan)
+                    if pre is None:
+                        pre = tuple(_prefix(spec, lv)
+                                    for spec, lv in zip(plan.specs, plan.labels, strict=True))
+                    seen_plans[plan] = pre
+                    specs, plan_labels, scales = plan.specs, plan.labels, plan.scales
+                    for name, positions in plan.by_name.items():
+                        entry = by_name.get(name)
+                        if entry is None:
+                            entry = by_name[name] = (specs[positions[0]], {}, {})
+                        _spec, series, known = entry
+                        for i in positions:
+                            v = values[i]
+                            if v is None:
+                                continue
+                            lv = plan_labels[i]
+                            if lv not in series:
+                                series[lv] = v * scales[i]
+                                known[lv] = pre[i]
+                continue
+            for s in group:
+                entry = by_name.get(s.spec.name)
+                if entry is None:
+                    entry = by_name[s.spec.name] = (s.spec, {}, {})
+                series = entry[1]
+                if s.labels not in series:
+                    series[s.labels] = s.value
+        self._plans = seen_plans
         prefixes, heads = self._prefixes, self._heads
         out: list[str] = []
         n_series = 0
         for name in sorted(by_name):
-            spec, series = by_name[name]
+            spec, series, known = by_name[name]
             head = heads.get((name, openmetrics))
             if head is None:
                 head = heads[(name, openmetrics)] = _head(spec, openmetrics)
             out.append(head)
             n_series += len(series)
             for labels, value in series.items():
-                prefix = prefixes.get((name, labels))
+                prefix = known.get(labels)
                 if prefix is None:
-                    prefix = prefixes[(name, labels)] = _prefix(spec, labels)
+                    prefix = prefixes.get((name, labels))
+                    if prefix is None:
+                        prefix = prefixes[(name, labels)] = _prefix(spec, labels)
                 out.append(prefix)
                 out.append(go_float(value))
                 out.append("\n")

@@ -78,6 +78,11 @@ class SeriesPlan:
     def __len__(self) -> int:
         return len(self.specs)
 
+    @property
+    def by_name(self) -> Mapping[str, list[int]]:
+        """Metric name -> positions of its series, in plan order (do not modify)."""
+        return self._by_name
+
     def positions(self, names: frozenset[str]) -> tuple[int, ...]:
         """Positions (in plan order) of the series whose metric is in ``names``."""
         got = self._selected.get(names)

@@ -23,7 +23,7 @@ from netio.daemon.exposition import Renderer, go_float, render
 from netio.telemetry import metrics as m
 from netio.telemetry.ethtool import EthtoolCollector, EthtoolTextSource
 from netio.telemetry.rdma import RdmaSysfsCollector
-from netio.telemetry.sample import MetricKind, MetricSpec, Sample
+from netio.telemetry.sample import MetricKind, MetricSpec, PlannedSamples, Sample, SeriesPlan
 
 
 def reference(samples: list[Sample], openmetrics: bool) -> bytes:
@@ -114,3 +114,18 @@ def test_remembered_series_are_bounded() -> None:
     for gen in range(5):  # devices come and go: 2000 new series each time
         r.render([Sample(spec, (f"d{gen}-{i}",), 1.0) for i in range(2000)])
     assert len(r._prefixes) <= 2 * 2000 + 1024
+
+
+def test_planned_samples_render_as_their_samples_do() -> None:
+    specs = (m.RDMA_BYTES, m.RDMA_BYTES, m.RDMA_CNP, m.RDMA_BYTES)
+    labels = (("d", "1", "tx"), ("d", "1", "rx"), ("d", "1", "sent"), ("d", "1", "tx"))
+    plan = SeriesPlan(specs, labels, (4.0, 4.0, 1.0, 1.0), (64,) * 4)
+    other = SeriesPlan((m.RDMA_CNP,), (("e", "2", "sent"),), (1.0,), (64,))
+    # a key twice in one plan, the same plan twice, an absent value, a tuple group after
+    ps = PlannedSamples([(plan, [None, 2, 3, 9]), (other, [5]), (plan, [1, 7, 8, 6])])
+    extra = (Sample(m.RDMA_CNP, ("e", "2", "sent"), 99.0), Sample(m.BUILD_INFO, ("x",), 1.0))
+    r = Renderer()
+    for om in (False, True):
+        for _again in range(2):
+            assert r.render_all([ps, extra], openmetrics=om) == reference(
+                [*ps, *extra], om)
