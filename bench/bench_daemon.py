@@ -329,10 +329,10 @@ poll_interval_s = 1.0
         netio_1hz = statistics.median(w[0] for w in scraped)
         ne_1hz = statistics.median(w[0] for w in ne_cpu)
         print(f"ratio netio/node_exporter, both collecting and scraped at 1 Hz: CPU "
-              f"{netio_1hz / ne_1hz:.2f}x, CPU per series "
-              f"{(netio_1hz / cpu_series) / (ne_1hz / ne_series):.2f}x; scrape p99 "
-              f"{pct(lat, 0.99) / pct(ne_lat, 0.99):.2f}x, scrape p99 per series "
-              f"{(pct(lat, 0.99) / n_series) / (pct(ne_lat, 0.99) / ne_series):.2f}x")
+              f"{netio_1hz / ne_1hz:.3g}x, CPU per series "
+              f"{(netio_1hz / cpu_series) / (ne_1hz / ne_series):.3g}x; scrape p99 "
+              f"{pct(lat, 0.99) / pct(ne_lat, 0.99):.3g}x, scrape p99 per series "
+              f"{(pct(lat, 0.99) / n_series) / (pct(ne_lat, 0.99) / ne_series):.3g}x")
     finally:
         for p in procs:
             p.terminate()
