@@ -34,7 +34,7 @@ class DaemonSection:
 class NetdevSection:
     enabled: bool = True
     interval_s: float = 1.0
-    source: str = "auto"  # auto (= sysfs, the cheaper) | netlink | sysfs
+    source: str = "auto"  # auto (netlink on a live /sys, else sysfs) | netlink | sysfs
     devices: Selection = field(default_factory=Selection)
     # sysfs source: None keeps the files open between polls only on a real sysfs mount
     keep_files_open: bool | None = None
