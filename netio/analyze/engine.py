@@ -175,7 +175,10 @@ def analyze(paths: Sequence[str], opts: AnalysisOptions, *, use_native: bool | N
         if error is not None:
             cap_warnings.append(error)
         if kinds[Kind.ROCE] == 0 and records and error is None:
-            cap_warnings.append(f"{cap.path}: no RoCEv2 packets (UDP port 4791) among "
+            filtered = (opts.priorities is not None or opts.flow is not None
+                        or opts.start_ns is not None or opts.end_ns is not None)
+            what = "match the filters" if filtered else "(UDP port 4791)"
+            cap_warnings.append(f"{cap.path}: no RoCEv2 packets {what} among "
                                 f"{records} records")
         if records == 0 and error is None:
             cap_warnings.append(f"{cap.path}: the capture holds no packets")
