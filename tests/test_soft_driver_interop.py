@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from netio.cli import perftest as perftest_cli
 from netio.cli import pingpong as pingpong_cli
+from netio.cli import soft_options
 from netio.errors import ExchangeError
 from netio.interop.perftest import (
     KEY_MESSAGE_BYTES,
@@ -272,13 +273,13 @@ def test_perftest_netio_against_netio(verb: PerftestVerb) -> None:
     ["-m", "1000", "127.0.0.1"],
 ])
 def test_pingpong_cli_bad_arguments(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    assert pingpong_cli.main(argv) == pingpong_cli.EXIT_USAGE
+    assert pingpong_cli.main(argv) == soft_options.EXIT_USAGE
     err = capsys.readouterr().err
     assert err.startswith("netio pingpong:") and len(err.strip().splitlines()) == 1
 
 
 def test_perftest_cli_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
-    assert perftest_cli.main(["atomic", "-s", "16", "127.0.0.1"]) == perftest_cli.EXIT_USAGE
+    assert perftest_cli.main(["atomic", "-s", "16", "127.0.0.1"]) == soft_options.EXIT_USAGE
     err = capsys.readouterr().err
     assert "atomic operations are 8 bytes" in err and len(err.strip().splitlines()) == 1
 
@@ -287,14 +288,14 @@ def test_pingpong_cli_fails_cleanly_without_a_server(capsys: pytest.CaptureFixtu
     _, client_ip = _loopback_pair()
     code = pingpong_cli.main(["-n", "1", "-p", "1", "--bind", str(client_ip), "--timeout", "1",
                               "127.0.0.1"])
-    assert code == pingpong_cli.EXIT_FAILED
+    assert code == soft_options.EXIT_FAILED
     out, err = capsys.readouterr()
     # the person waiting is told why nothing happens, once, and then why it gave up
     assert out.count("waiting for the server at 127.0.0.1:1 (Connection refused") == 1
     assert err == ("netio pingpong: pingpong connect: no server at 127.0.0.1:1 after 1 s: "
                    "Connection refused\n")
     code = perftest_cli.main(["write", "-p", "1", "--timeout", "0.5", "127.0.0.1"])
-    assert code == perftest_cli.EXIT_FAILED
+    assert code == soft_options.EXIT_FAILED
     assert capsys.readouterr().err == ("netio perftest: perftest connect: no server at "
                                        "127.0.0.1:1 after 0.5 s: Connection refused\n")
 
@@ -309,7 +310,7 @@ def test_pingpong_cli_fails_cleanly_without_a_server(capsys: pytest.CaptureFixtu
 ])
 def test_pingpong_cli_numbers_out_of_range(argv: list[str], what: str,
                                            capsys: pytest.CaptureFixture[str]) -> None:
-    assert pingpong_cli.main(argv) == pingpong_cli.EXIT_USAGE
+    assert pingpong_cli.main(argv) == soft_options.EXIT_USAGE
     err = capsys.readouterr().err
     assert err.startswith("netio pingpong: pingpong options: ") and what in err
     assert len(err.strip().splitlines()) == 1
@@ -324,7 +325,7 @@ def test_pingpong_cli_numbers_out_of_range(argv: list[str], what: str,
 ])
 def test_perftest_cli_numbers_out_of_range(argv: list[str], what: str,
                                            capsys: pytest.CaptureFixture[str]) -> None:
-    assert perftest_cli.main(argv) == perftest_cli.EXIT_USAGE
+    assert perftest_cli.main(argv) == soft_options.EXIT_USAGE
     err = capsys.readouterr().err
     assert err.startswith("netio perftest: perftest options: ") and what in err
 
@@ -350,10 +351,10 @@ def test_port_in_use_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
         busy.bind(("0.0.0.0", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        assert pingpong_cli.main(["-p", str(port)]) == pingpong_cli.EXIT_FAILED
+        assert pingpong_cli.main(["-p", str(port)]) == soft_options.EXIT_FAILED
         assert capsys.readouterr().err == (f"netio pingpong: pingpong server: cannot listen on "
                                            f"TCP port {port}: Address already in use\n")
-        assert perftest_cli.main(["read", "-p", str(port)]) == perftest_cli.EXIT_FAILED
+        assert perftest_cli.main(["read", "-p", str(port)]) == soft_options.EXIT_FAILED
         assert capsys.readouterr().err == (f"netio perftest: perftest server: cannot listen on "
                                            f"TCP port {port}: Address already in use\n")
 

@@ -18,20 +18,20 @@ output went away (``| head``), quietly, as for a tool killed by SIGPIPE.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from netio.backends.soft import RxMode
 from netio.cli.soft_options import (
+    EXIT_OK,
+    EXIT_USAGE,
     add_driver_options,
-    driver_error_text,
     faults_from_args,
-    quiet_stdout,
+    run_driver_command,
     standalone_main,
 )
-from netio.errors import DriverSocketError, ExchangeError
+from netio.errors import ExchangeError
 from netio.interop.perftest import (
     DEFAULT_PORT,
     AtomicType,
@@ -44,11 +44,6 @@ from netio.interop.perftest import (
     run_perftest,
 )
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
-EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
 _HEADER = (" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   "
            "MsgRate[Mpps]")
 _LINE = "-" * 87
@@ -165,24 +160,11 @@ def run(args: argparse.Namespace) -> int:
     except (ExchangeError, ValueError) as exc:
         print(f"netio perftest: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    try:
-        result = asyncio.run(_run(config))
-    except BrokenPipeError:  # the reader of our output went away (| head): as SIGPIPE would
-        quiet_stdout()
-        return EXIT_BROKEN_PIPE
-    except DriverSocketError as exc:
-        print(f"netio perftest: {driver_error_text(exc, args)}", file=sys.stderr)
-        return EXIT_FAILED
-    except (ExchangeError, OSError) as exc:
-        print(f"netio perftest: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    except MemoryError:
-        print(f"netio perftest: cannot allocate the buffers for {config.message_bytes}-byte "
-              "messages (-s, -r)", file=sys.stderr)
-        return EXIT_FAILED
-    except KeyboardInterrupt:
-        print("netio perftest: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    hint = f"cannot allocate the buffers for {config.message_bytes}-byte messages (-s, -r)"
+    outcome = run_driver_command("netio perftest", args, _run(config), hint)
+    if isinstance(outcome, int):
+        return outcome
+    result = outcome
     print(f" netio {result.verb.value} {'client' if result.is_client else 'server'} done "
           f"(peer perftest {result.peer_version}, MTU {result.mtu_bytes})")
     return EXIT_OK

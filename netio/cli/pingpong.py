@@ -19,20 +19,20 @@ killed by SIGPIPE.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from netio.backends.soft import RxMode
 from netio.cli.soft_options import (
+    EXIT_OK,
+    EXIT_USAGE,
     add_driver_options,
-    driver_error_text,
     faults_from_args,
-    quiet_stdout,
+    run_driver_command,
     standalone_main,
 )
-from netio.errors import DriverSocketError, ExchangeError
+from netio.errors import ExchangeError
 from netio.interop.pingpong import (
     DEFAULT_PORT,
     PingpongAddress,
@@ -42,12 +42,6 @@ from netio.interop.pingpong import (
     run_pingpong,
 )
 from netio.roce import QpType
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
-EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
 
 
 def register(subparsers: Any) -> None:
@@ -116,24 +110,11 @@ def run(args: argparse.Namespace) -> int:
     except (ExchangeError, ValueError) as exc:
         print(f"netio pingpong: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    try:
-        result = asyncio.run(_run(config))
-    except BrokenPipeError:  # the reader of our output went away (| head): as SIGPIPE would
-        quiet_stdout()
-        return EXIT_BROKEN_PIPE
-    except DriverSocketError as exc:
-        print(f"netio pingpong: {driver_error_text(exc, args)}", file=sys.stderr)
-        return EXIT_FAILED
-    except (ExchangeError, OSError) as exc:
-        print(f"netio pingpong: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    except MemoryError:
-        print(f"netio pingpong: cannot allocate the {size}-byte message buffer (-s)",
-              file=sys.stderr)
-        return EXIT_FAILED
-    except KeyboardInterrupt:
-        print("netio pingpong: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    hint = f"cannot allocate the {size}-byte message buffer (-s)"
+    outcome = run_driver_command("netio pingpong", args, _run(config), hint)
+    if isinstance(outcome, int):
+        return outcome
+    result = outcome
     print(f"{result.bytes_total} bytes in {result.duration_s:.2f} seconds = "
           f"{result.mbit_per_s:.2f} Mbit/sec")
     print(f"{result.iters} iters in {result.duration_s:.2f} seconds = "

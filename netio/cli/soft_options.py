@@ -5,15 +5,17 @@ lossy link on this endpoint's egress."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import errno
 import ipaddress
 import math
 import os
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, TypeVar
 
 from netio.backends.soft import RxMode
+from netio.errors import DriverSocketError, ExchangeError
 from netio.roce import LinkFaults
 
 
@@ -113,3 +115,35 @@ def standalone_main(prog: str, description: str | None,
     args = parser.parse_args(argv)
     code: int = args.func(args)
     return code
+
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
+
+ResultT = TypeVar("ResultT")
+
+
+def run_driver_command(prog: str, args: Any, main: Coroutine[Any, Any, ResultT],
+                       memory_hint: str) -> ResultT | int:
+    """Run ``main`` and turn every way it can fail into one line on stderr and an exit
+    code (returned instead of the result)."""
+    try:
+        return asyncio.run(main)
+    except BrokenPipeError:  # the reader of our output went away (| head): as SIGPIPE would
+        quiet_stdout()
+        return EXIT_BROKEN_PIPE
+    except DriverSocketError as exc:
+        print(f"{prog}: {driver_error_text(exc, args)}", file=sys.stderr)
+        return EXIT_FAILED
+    except (ExchangeError, OSError) as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except MemoryError:
+        print(f"{prog}: {memory_hint}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
