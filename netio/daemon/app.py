@@ -342,6 +342,8 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig, fn in ((signal.SIGTERM, self.stop), (signal.SIGINT, self.stop),
                         (signal.SIGHUP, lambda: loop.create_task(self.reload()))):
+            # Signal handlers exist only in the main thread of a Unix event loop; a daemon
+            # embedded in a test thread runs without them and is stopped by stop().
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(sig, fn)
         await self._restart_server(self.config.daemon.listen, self.web_config)
