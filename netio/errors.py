@@ -129,3 +129,116 @@ class SnmpError(NetioError):
 class ScenarioError(NetioError, ValueError):
     """A scenario description (``netio scenario``) is invalid: unknown key, bad value,
     overlapping events."""
+
+
+# -- the IO API (``netio.open``): connections, operations, devices, memory ------------------
+
+
+class IoError(NetioError):
+    """Base of the IO API's errors. ``hint`` names the likely cause and the setting to
+    check, with the values in use on both sides where they are known (empty when there
+    is nothing to add to the message)."""
+
+    def __init__(self, message: str, *, hint: str = "") -> None:
+        self.message = message
+        self.hint = hint
+        super().__init__(f"{message} ({hint})" if hint else message)
+
+
+class Timeout(IoError, TimeoutError):
+    """A connect, accept, exchange step or wait did not finish in time; ``step`` says
+    which."""
+
+    def __init__(self, step: str, timeout_s: float, *, hint: str = "") -> None:
+        self.step = step
+        self.timeout_s = timeout_s
+        super().__init__(f"{step}: no answer within {timeout_s:g} s", hint=hint)
+
+
+class PeerDisconnected(IoError, ConnectionError):
+    """The peer closed the connection or went away (its process ended, its host
+    became unreachable)."""
+
+
+class ConnectFailed(IoError, ConnectionError):
+    """A connection could not be set up (refused, unreachable, or the exchange failed);
+    ``errno`` is the OS error where there was one."""
+
+    def __init__(self, message: str, *, errno_value: int = 0, hint: str = "") -> None:
+        self.errno = errno_value
+        super().__init__(message, hint=hint)
+
+
+class ExchangeMismatch(IoError):
+    """The two sides of a connection cannot work together (protocol version, backend,
+    transport, MTU or GID type); the message names both values."""
+
+
+class DeviceNotFound(IoError):
+    """No usable RDMA device, port or GID for the request; the hint says why each
+    candidate was rejected and how to get one."""
+
+
+class BackendUnavailable(IoError):
+    """The backend cannot be loaded here (for example pyverbs is not importable)."""
+
+
+class RegistrationLimit(IoError, MemoryError):
+    """Registering memory failed because of a locked-memory limit; the hint names the
+    limit (``ulimit -l`` / RLIMIT_MEMLOCK) and how to raise it. ``errno`` is the OS error."""
+
+    def __init__(self, message: str, *, errno_value: int = 0, hint: str = "") -> None:
+        self.errno = errno_value
+        super().__init__(message, hint=hint)
+
+
+class RegionBusy(IoError):
+    """A memory region with operations in flight cannot be deregistered."""
+
+
+class ClosedError(IoError):
+    """The context, listener or endpoint is closed."""
+
+
+class OperationError(IoError):
+    """A work request completed with an error status. ``status`` is the
+    ``ibv_wc_status`` number, ``status_name`` its name, ``wr_id`` the request,
+    ``vendor_err`` the device's vendor syndrome (0 where none)."""
+
+    def __init__(self, message: str, *, status: int, status_name: str, wr_id: int = 0,
+                 vendor_err: int = 0, hint: str = "") -> None:
+        self.status = status
+        self.status_name = status_name
+        self.wr_id = wr_id
+        self.vendor_err = vendor_err
+        super().__init__(f"{message} [{status_name} ({status})]", hint=hint)
+
+
+class RetryExceeded(OperationError):
+    """RETRY_EXC_ERR: the peer did not acknowledge within the retry count."""
+
+
+class RnrRetryExceeded(OperationError):
+    """RNR_RETRY_EXC_ERR: the peer had no receive posted for a SEND, every retry."""
+
+
+class RemoteAccessError(OperationError):
+    """REM_ACCESS_ERR: the peer refused a one-sided access (rkey, bounds or access flags)."""
+
+
+class RemoteInvalidRequest(OperationError):
+    """REM_INV_REQ_ERR: the peer found the request invalid (for example a message
+    larger than its receive buffer, or a payload that does not match the path MTU)."""
+
+
+class RemoteOperationError(OperationError):
+    """REM_OP_ERR: the peer could not carry the request out."""
+
+
+class LocalError(OperationError):
+    """A local error completion (length, protection, QP operation, access)."""
+
+
+class FlushedError(OperationError):
+    """WR_FLUSH_ERR: the request was flushed because the endpoint entered the error
+    state or was closed before it finished."""

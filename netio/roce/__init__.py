@@ -6,6 +6,7 @@ and ``EnginePair`` (sim.py). Invalid local verbs calls raise
 :class:`netio.errors.RoceError`, invalid registrations :class:`netio.errors.RegistrationError`.
 """
 
+from netio.api.types import Access
 from netio.roce.engine import (
     CompletionQueue,
     EngineStats,
@@ -14,7 +15,7 @@ from netio.roce.engine import (
     SharedReceiveQueue,
 )
 from netio.roce.link import FaultyLink, LinkFaults
-from netio.roce.memory import Access, MemoryRegion, ProtectionDomain, Sge
+from netio.roce.memory import MemoryRegion, ProtectionDomain, Sge
 from netio.roce.qp import (
     LEGAL_TRANSITIONS,
     QpAttributes,

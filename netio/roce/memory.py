@@ -18,6 +18,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from netio.api.types import Access
 from netio.errors import RegistrationError
 
 if TYPE_CHECKING:
@@ -26,16 +27,6 @@ if TYPE_CHECKING:
 _PAGE_BYTES = 4096
 _SYNTHETIC_BASE_ADDR = 0x0000_7E00_0000_0000
 _MAX_ADDR = (1 << 64) - 1
-
-
-class Access(enum.IntFlag):
-    """Access flags of a memory region (the ibverbs ``IBV_ACCESS_*`` values)."""
-
-    NONE = 0
-    LOCAL_WRITE = 1
-    REMOTE_WRITE = 2
-    REMOTE_READ = 4
-    REMOTE_ATOMIC = 8
 
 
 class RemoteAccessError(enum.IntEnum):

@@ -14,8 +14,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from netio.api.types import Access
 from netio.errors import RoceError
-from netio.roce.memory import Access, ProtectionDomain
+from netio.roce.memory import ProtectionDomain
 from netio.roce.psn import PSN_MASK
 from netio.roce.verbs import (
     Completion,

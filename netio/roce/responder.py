@@ -21,7 +21,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from netio.roce.memory import Access, MemoryRegion, RemoteAccessError, scatter
+from netio.api.types import Access
+from netio.roce.memory import MemoryRegion, RemoteAccessError, scatter
 from netio.roce.psn import psn_add, psn_diff, psn_in_range
 from netio.roce.verbs import (
     ATOMIC_OPERAND_BYTES,

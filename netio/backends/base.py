@@ -1,0 +1,262 @@
+"""The one small interface every IO backend implements (soft, verbs, tcp).
+
+A backend gives a context three things: memory registration, queue pairs (reliable
+connected endpoints) and a description of the device and address it chose. A QP
+takes batches of work requests (``post_send``/``post_recv`` take sequences, as
+``ibv_post_send`` takes a linked list), reports completions through ``poll`` and
+calls the ``notify`` callback it was created with whenever completions may be
+waiting. Everything runs on the context's event loop; nothing here blocks.
+
+The requests name local memory by :class:`Segment` (a registered region, offset,
+length) and remote memory by address and rkey, like ``struct ibv_send_wr``; the
+public API (``netio.Endpoint``) builds them from regions and descriptors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from netio.api.types import Access, Completion, WrOpcode
+
+
+class BackendRegion(Protocol):
+    """A registered memory region as the backend keeps it."""
+
+    @property
+    def lkey(self) -> int: ...
+    @property
+    def rkey(self) -> int: ...
+    @property
+    def addr(self) -> int: ...
+    @property
+    def length(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """``length`` bytes at ``offset`` in a registered region (``struct ibv_sge``)."""
+
+    region: BackendRegion
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True, slots=True)
+class SendRequest:
+    """A send-queue work request. ``imm_data`` only for the *_WITH_IMM opcodes;
+    ``compare_add``/``swap`` for atomics; ``inline`` asks the backend to copy the
+    payload at post time (the buffer may be reused at once)."""
+
+    wr_id: int
+    opcode: WrOpcode
+    segments: tuple[Segment, ...] = ()
+    remote_addr: int = 0
+    rkey: int = 0
+    imm_data: int | None = None
+    compare_add: int = 0
+    swap: int = 0
+    signaled: bool = True
+    inline: bool = False
+
+    @property
+    def length_bytes(self) -> int:
+        return sum(s.length for s in self.segments)
+
+
+@dataclass(frozen=True, slots=True)
+class RecvRequest:
+    """A receive work request: where an incoming SEND's payload lands."""
+
+    wr_id: int
+    segments: tuple[Segment, ...] = ()
+
+
+class Transport:
+    """Which backends can talk to each other: RoCEv2 (soft and verbs) or netio's TCP."""
+
+    ROCE = "rocev2"
+    TCP = "tcp"
+
+
+@dataclass(frozen=True, slots=True)
+class QpAddress:
+    """What a peer needs to connect to a QP; carried by netio's exchange.
+
+    ``gid`` is the 16-byte GID in text form (``::ffff:10.0.0.1`` for an IPv4 RoCEv2
+    GID); ``mtu_bytes`` the largest path MTU this side supports.
+    """
+
+    transport: str
+    gid: str
+    qpn: int
+    psn: int
+    mtu_bytes: int
+    gid_index: int = 0
+    gid_type: str = "RoCEv2"
+    device: str = ""
+    netdev: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class QpOptions:
+    """Per-connection settings (``struct ibv_qp_attr`` values the user may choose).
+
+    ``timeout`` is the IBTA local ACK timeout exponent (4.096 µs x 2**timeout),
+    ``retry_count`` and ``rnr_retry`` 3-bit counts (``rnr_retry`` 7 = for ever),
+    ``traffic_class`` the IP TOS byte (DSCP << 2 | ECN)."""
+
+    timeout: int = 14
+    retry_count: int = 7
+    rnr_retry: int = 7
+    min_rnr_timer: int = 12
+    traffic_class: int = 0
+    max_send_wr: int = 1024
+    max_recv_wr: int = 1024
+    max_inline_bytes: int = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One device/port/GID the backend looked at, and why it was taken or rejected."""
+
+    device: str
+    port: int
+    gid_index: int
+    gid: str
+    gid_type: str
+    netdev: str
+    mtu_bytes: int
+    chosen: bool
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Description:
+    """What a backend chose and why (``Context.describe()``, ``netio doctor``)."""
+
+    backend: str
+    transport: str
+    device: str = ""
+    port: int = 0
+    gid_index: int = 0
+    gid: str = ""
+    gid_type: str = ""
+    netdev: str = ""
+    mtu_bytes: int = 0
+    local_ip: str = ""
+    candidates: tuple[Candidate, ...] = field(default_factory=tuple)
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def summary(self) -> str:
+        """One line: the chosen device, GID and MTU (the text used in error hints)."""
+        if self.transport == Transport.TCP:
+            return f"tcp {self.local_ip}" if self.local_ip else "tcp"
+        parts = [self.backend]
+        if self.gid:
+            parts.append(f"GID {self.gid} (index {self.gid_index}, {self.gid_type or '?'}"
+                         f"{', ' + self.netdev if self.netdev else ''})")
+        if self.device:
+            parts.append(f"{self.device} port {self.port}")
+        if self.mtu_bytes:
+            parts.append(f"MTU {self.mtu_bytes}")
+        return ", ".join(parts)
+
+    def text(self) -> str:
+        """Every candidate with the reason it was taken or rejected, one per line."""
+        lines = [f"backend: {self.backend} ({self.transport})", f"chosen: {self.summary()}"]
+        if self.candidates:
+            lines.append("candidates:")
+            for c in self.candidates:
+                mark = "*" if c.chosen else "-"
+                lines.append(f"  {mark} {c.device or '-'} port {c.port} gid[{c.gid_index}] "
+                             f"{c.gid} {c.gid_type} {c.netdev or '-'} mtu {c.mtu_bytes}: "
+                             f"{c.reason}")
+        lines.extend(f"note: {n}" for n in self.notes)
+        return "\n".join(lines)
+
+
+Notify = Callable[[], None]
+
+
+class BackendQp(Protocol):
+    """A reliable connected queue pair."""
+
+    @property
+    def qpn(self) -> int: ...
+
+    def address(self) -> QpAddress:
+        """This QP's address, sent to the peer by the exchange."""
+        ...
+
+    async def connect(self, remote: QpAddress, mtu_bytes: int,
+                      stream: tuple[asyncio.StreamReader, asyncio.StreamWriter]) -> None:
+        """Bring the QP up towards ``remote`` with the agreed path MTU. ``stream`` is the
+        exchange's TCP connection: the tcp backend carries its data on it, the RDMA
+        backends leave it alone."""
+        ...
+
+    def post_send(self, requests: Sequence[SendRequest]) -> None:
+        """Post a batch of send-queue requests (one doorbell); raises on an invalid one
+        before posting any."""
+        ...
+
+    def post_recv(self, requests: Sequence[RecvRequest]) -> None:
+        """Post a batch of receives."""
+        ...
+
+    def poll(self, max_entries: int) -> list[Completion]:
+        """Up to ``max_entries`` completions, oldest first (send and receive)."""
+        ...
+
+    def counters(self) -> dict[str, int]:
+        """Backend counters for this QP (retransmissions, drops, NAKs...)."""
+        ...
+
+    async def close(self) -> None:
+        """Move to the error state (outstanding requests complete flushed), then release
+        everything. Bounded, idempotent."""
+        ...
+
+
+class Backend(Protocol):
+    """One context's backend: its device, protection domain and QPs."""
+
+    name: str
+    transport: str
+
+    def register(self, view: memoryview, access: Access) -> BackendRegion:
+        """Register ``view`` in place (no copy)."""
+        ...
+
+    def deregister(self, region: BackendRegion) -> None:
+        ...
+
+    async def create_qp(self, local_ip: str, options: QpOptions, notify: Notify) -> BackendQp:
+        """A new QP whose traffic leaves from ``local_ip`` (the address the route to the
+        peer uses); ``notify`` is called on the loop when completions may be ready."""
+        ...
+
+    def describe(self) -> Description:
+        ...
+
+    async def close(self) -> None:
+        ...
+
+
+__all__ = [
+    "Backend",
+    "BackendQp",
+    "BackendRegion",
+    "Candidate",
+    "Description",
+    "Notify",
+    "QpAddress",
+    "QpOptions",
+    "RecvRequest",
+    "Segment",
+    "SendRequest",
+    "Transport",
+]
