@@ -443,6 +443,8 @@ class Endpoint:
             if op is not None:
                 self._finish(op, Completion(op.request.wr_id, WcStatus.WR_FLUSH_ERR,
                                             _wc_opcode(op.request), self._qp.qpn))
+                if op.future is not None and op.future.done():
+                    op.future.exception()  # flushed by close: not an unretrieved error
         self.context.endpoint_closed(self)
 
     def close(self, timeout_s: float = _CLOSE_S + 1.0) -> None:

@@ -136,6 +136,7 @@ class TcpQp:
         self._recvs: deque[RecvRequest] = deque()
         self._cq: deque[Completion] = deque()
         self._error = False
+        self._gone_unreported = False
         self._rnr_skip_until: int | None = None  # responder: drop requests after an RNR NAK
         self._retry_handle: asyncio.TimerHandle | None = None
         self._closed = False
@@ -166,7 +167,12 @@ class TcpQp:
             self._check(r)
         for r in requests:
             if self._error:
-                self._complete(r, WcStatus.WR_FLUSH_ERR, force=True)
+                # The first request after the peer left fails as a RoCE requester's would
+                # once its retries ran out; the rest are flushed.
+                status = WcStatus.RETRY_EXC_ERR if self._gone_unreported else (
+                    WcStatus.WR_FLUSH_ERR)
+                self._gone_unreported = False
+                self._complete(r, status, force=True)
                 continue
             item = _Outstanding(next(self._seq), r, self._options.rnr_retry)
             self._outstanding.append(item)
@@ -391,12 +397,13 @@ class TcpQp:
         self._notify()
 
     def _peer_gone(self) -> None:
-        if not self._error and self._outstanding:
+        if self._error:
+            return
+        if self._outstanding:
             self._complete(self._outstanding.popleft().request, WcStatus.RETRY_EXC_ERR)
-        self.peer_closed = True
+        else:
+            self._gone_unreported = True
         self._enter_error()
-
-    peer_closed = False
 
     def poll(self, max_entries: int) -> list[Completion]:
         out: list[Completion] = []

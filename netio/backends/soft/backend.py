@@ -11,10 +11,11 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import random
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from netio.api.types import Access, Completion
+from netio.api.types import Access, Completion, WcOpcode
 from netio.backends.base import (
     Description,
     Notify,
@@ -97,6 +98,7 @@ class SoftQp:
         self._qp: QueuePair = engine.create_qp(backend.pd, QpType.RC, self._cq)
         self._psn = random.getrandbits(24)
         self._closed = False
+        self._posted: deque[tuple[int, MemoryRegion | None]] = deque()
         driver.add_progress_callback(notify)
 
     @property
@@ -128,25 +130,40 @@ class SoftQp:
     def post_send(self, requests: Sequence[SendRequest]) -> None:
         wrs = [self._send_wr(r) for r in requests]  # all checked before any is posted
         qp = self._qp
-        for wr in wrs:
+        posted = self._posted
+        for wr, copy in wrs:
             qp.post_send(wr)
+            posted.append((wr.wr_id, copy))
         self._driver.kick()
 
-    def _send_wr(self, r: SendRequest) -> SendWr:
+    def _send_wr(self, r: SendRequest) -> tuple[SendWr, MemoryRegion | None]:
         sges = _sges(r.segments)
+        copy: MemoryRegion | None = None
         if r.inline and r.segments:
-            # The engine reads the payload when it builds packets; an inline send must
-            # not depend on the caller's buffer after posting, so it gets its own copy.
-            copy = bytearray(r.length_bytes)
+            # The engine reads the payload when it builds (and rebuilds) packets; an inline
+            # send must not depend on the caller's buffer after posting: it gets a copy,
+            # registered until the request completes.
+            data = bytearray(r.length_bytes)
             pos = 0
             for sge in sges:
-                copy[pos:pos + sge.length] = sge.view
+                data[pos:pos + sge.length] = sge.view
                 pos += sge.length
-            mr = self._backend.pd.register(copy, Access.LOCAL_WRITE)
-            self._backend.pd.deregister(mr)  # keys die now; the engine keeps the bytes
-            sges = (Sge(mr, 0, len(copy)),)
+            copy = self._backend.pd.register(data, Access.LOCAL_WRITE)
+            sges = (Sge(copy, 0, len(data)),)
         return SendWr(r.wr_id, r.opcode, sges, r.remote_addr, r.rkey, r.imm_data,
-                      r.compare_add, r.swap, r.signaled)
+                      r.compare_add, r.swap, r.signaled), copy
+
+    def _release_through(self, wr_id: int) -> None:
+        """A send completed: it and everything posted before it are done (RC order)."""
+        posted = self._posted
+        if not any(w == wr_id for w, _ in posted):
+            return
+        while posted:
+            done, copy = posted.popleft()
+            if copy is not None and copy.registered:
+                self._backend.pd.deregister(copy)
+            if done == wr_id:
+                return
 
     def post_recv(self, requests: Sequence[RecvRequest]) -> None:
         wrs = [RecvWr(r.wr_id, _sges(r.segments)) for r in requests]
@@ -154,7 +171,11 @@ class SoftQp:
             self._qp.post_recv(wr)
 
     def poll(self, max_entries: int) -> list[Completion]:
-        return self._cq.poll(max_entries)
+        out = self._cq.poll(max_entries)
+        for c in out:
+            if c.opcode < WcOpcode.RECV:
+                self._release_through(c.wr_id)
+        return out
 
     def counters(self) -> dict[str, int]:
         """The engine's and the driver's counters (shared by the QPs of one address)."""
@@ -174,6 +195,10 @@ class SoftQp:
         self._notify()
         self._driver.remove_progress_callback(self._notify)
         self._driver.engine.destroy_qp(qp)
+        for _, copy in self._posted:
+            if copy is not None and copy.registered:
+                self._backend.pd.deregister(copy)
+        self._posted.clear()
 
 
 class SoftBackend:
