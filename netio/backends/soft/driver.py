@@ -28,6 +28,7 @@ import logging
 import socket
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from netio.backends.soft.rx_icrc import HeaderlessVerifier
@@ -120,6 +121,7 @@ class SoftRoceDriver:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at_ns: int | None = None
         self._waiters: list[_Waiter] = []
+        self._progress: list[Callable[[], None]] = []
         self._closed = False
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -379,7 +381,18 @@ class SoftRoceDriver:
         self.engine.handle_timer(now_ns)
         self._after_input(now_ns)
 
+    def add_progress_callback(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` after every batch of input, post and timer (completions may
+        be waiting): how the IO API learns of completions without a waiter per CQ."""
+        self._progress.append(callback)
+
+    def remove_progress_callback(self, callback: Callable[[], None]) -> None:
+        if callback in self._progress:
+            self._progress.remove(callback)
+
     def _wake_waiters(self) -> None:
+        for callback in tuple(self._progress):
+            callback()
         if not self._waiters:
             return
         for w in self._waiters:

@@ -1,0 +1,261 @@
+"""The soft backend of the IO API: netio's RoCEv2 engine behind ``netio.backends.base``.
+
+One protection domain per context; one :class:`SoftRoceDriver` (engine + UDP port 4791)
+per local IPv4 address, opened when the first QP needs it, so that a context can reach
+peers through several interfaces. The wire format is the kernel rxe's: a soft endpoint
+and a verbs endpoint on rxe or a RoCE NIC connect to each other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import random
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from netio.api.types import Access, Completion, WcOpcode
+from netio.backends.base import (
+    Description,
+    Notify,
+    QpAddress,
+    QpOptions,
+    RecvRequest,
+    Segment,
+    SendRequest,
+    Transport,
+)
+from netio.backends.soft.driver import DriverConfig, SoftRoceDriver
+from netio.backends.soft.sockets import RxMode
+from netio.errors import RoceError
+from netio.roce.engine import CompletionQueue, RoceEngine
+from netio.roce.link import LinkFaults
+from netio.roce.memory import MemoryRegion, ProtectionDomain, Sge
+from netio.roce.qp import QpAttributes, QpState, QpType, QueuePair
+from netio.roce.verbs import RecvWr, SendWr
+
+#: The soft engine segments at any IB MTU; it offers the largest and lets the
+#: exchange agree on the smaller of the two sides.
+SOFT_MAX_MTU_BYTES = 4096
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class SoftRegion:
+    """A soft-engine memory region (the keys the IO API needs, and the engine's MR)."""
+
+    mr: MemoryRegion
+
+    @property
+    def lkey(self) -> int:
+        return self.mr.lkey
+
+    @property
+    def rkey(self) -> int:
+        return self.mr.rkey
+
+    @property
+    def addr(self) -> int:
+        return self.mr.addr
+
+    @property
+    def length(self) -> int:
+        return self.mr.length
+
+
+def mapped_gid(ip: ipaddress.IPv4Address) -> str:
+    """The RoCEv2 GID of an IPv4 address (``::ffff:a.b.c.d``, IBTA A17.4.5.1)."""
+    return str(ipaddress.IPv6Address(b"\0" * 10 + b"\xff\xff" + ip.packed))
+
+
+def gid_ip(gid: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """The IP address a RoCEv2 GID stands for (IPv4-mapped GIDs give the IPv4 address)."""
+    ip6 = ipaddress.IPv6Address(gid)
+    return ip6.ipv4_mapped or ip6
+
+
+def _sges(segments: tuple[Segment, ...]) -> tuple[Sge, ...]:
+    out = []
+    for s in segments:
+        region = s.region
+        if not isinstance(region, SoftRegion):
+            raise RoceError("segment is not a region of this soft context")
+        out.append(Sge(region.mr, s.offset, s.length))
+    return tuple(out)
+
+
+class SoftQp:
+    """A soft-engine RC QP; see :class:`netio.backends.base.BackendQp`."""
+
+    def __init__(self, backend: SoftBackend, driver: SoftRoceDriver, options: QpOptions,
+                 notify: Notify) -> None:
+        self._backend = backend
+        self._driver = driver
+        self._options = options
+        self._notify = notify
+        engine = driver.engine
+        self._cq: CompletionQueue = engine.create_cq()
+        self._qp: QueuePair = engine.create_qp(backend.pd, QpType.RC, self._cq)
+        self._psn = random.getrandbits(24)
+        self._closed = False
+        self._posted: deque[tuple[int, MemoryRegion | None]] = deque()
+        driver.add_progress_callback(notify)
+
+    @property
+    def qpn(self) -> int:
+        return self._qp.qp_num
+
+    @property
+    def engine_qp(self) -> QueuePair:
+        """The engine's QP (its state, counters and attributes), for tests and tools."""
+        return self._qp
+
+    def address(self) -> QpAddress:
+        ip = self._driver.config.local_ip
+        return QpAddress(Transport.ROCE, mapped_gid(ip), self.qpn, self._psn,
+                         SOFT_MAX_MTU_BYTES, 0, "RoCEv2", "soft", "")
+
+    async def connect(self, remote: QpAddress, mtu_bytes: int, stream: object) -> None:
+        o = self._options
+        attrs = QpAttributes(
+            dest_qp_num=remote.qpn, sq_psn=self._psn, rq_psn=remote.psn,
+            path_mtu_bytes=mtu_bytes, timeout=o.timeout, retry_cnt=o.retry_count,
+            rnr_retry=o.rnr_retry, min_rnr_timer=o.min_rnr_timer,
+            remote_ip=gid_ip(remote.gid), dscp=o.traffic_class >> 2, ecn=o.traffic_class & 3)
+        qp = self._qp
+        qp.modify(QpState.INIT, attrs)
+        qp.modify(QpState.RTR, attrs)
+        qp.modify(QpState.RTS, attrs)
+
+    def post_send(self, requests: Sequence[SendRequest]) -> None:
+        wrs = [self._send_wr(r) for r in requests]  # all checked before any is posted
+        qp = self._qp
+        posted = self._posted
+        for wr, copy in wrs:
+            qp.post_send(wr)
+            posted.append((wr.wr_id, copy))
+        self._driver.kick()
+
+    def _send_wr(self, r: SendRequest) -> tuple[SendWr, MemoryRegion | None]:
+        sges = _sges(r.segments)
+        copy: MemoryRegion | None = None
+        if r.inline and r.segments:
+            # The engine reads the payload when it builds (and rebuilds) packets; an inline
+            # send must not depend on the caller's buffer after posting: it gets a copy,
+            # registered until the request completes.
+            data = bytearray(r.length_bytes)
+            pos = 0
+            for sge in sges:
+                data[pos:pos + sge.length] = sge.view
+                pos += sge.length
+            copy = self._backend.pd.register(data, Access.LOCAL_WRITE)
+            sges = (Sge(copy, 0, len(data)),)
+        return SendWr(r.wr_id, r.opcode, sges, r.remote_addr, r.rkey, r.imm_data,
+                      r.compare_add, r.swap, r.signaled), copy
+
+    def _release_through(self, wr_id: int) -> None:
+        """A send completed: it and everything posted before it are done (RC order)."""
+        posted = self._posted
+        if not any(w == wr_id for w, _ in posted):
+            return
+        while posted:
+            done, copy = posted.popleft()
+            if copy is not None and copy.registered:
+                self._backend.pd.deregister(copy)
+            if done == wr_id:
+                return
+
+    def post_recv(self, requests: Sequence[RecvRequest]) -> None:
+        wrs = [RecvWr(r.wr_id, _sges(r.segments)) for r in requests]
+        for wr in wrs:
+            self._qp.post_recv(wr)
+
+    def poll(self, max_entries: int) -> list[Completion]:
+        out = self._cq.poll(max_entries)
+        for c in out:
+            if c.opcode < WcOpcode.RECV:
+                self._release_through(c.wr_id)
+        return out
+
+    def counters(self) -> dict[str, int]:
+        """The engine's and the driver's counters (shared by the QPs of one address)."""
+        out = {f"engine_{k}": int(v) for k, v in
+               dataclasses.asdict(self._driver.engine.stats).items()}
+        out.update({f"driver_{k}": v for k, v in dataclasses.asdict(self._driver.stats).items()
+                    if isinstance(v, int)})
+        return out
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        qp = self._qp
+        if qp.state is not QpState.ERR and qp.state is not QpState.RESET:
+            qp.modify(QpState.ERR)
+        self._notify()
+        self._driver.remove_progress_callback(self._notify)
+        self._driver.engine.destroy_qp(qp)
+        for _, copy in self._posted:
+            if copy is not None and copy.registered:
+                self._backend.pd.deregister(copy)
+        self._posted.clear()
+
+
+class SoftBackend:
+    """netio's userspace RoCEv2 engine on UDP sockets; see :class:`Backend`."""
+
+    name = "soft"
+    transport = Transport.ROCE
+
+    def __init__(self, *, local_addr: str | None = None, rx_mode: RxMode = RxMode.AUTO,
+                 faults: LinkFaults | None = None, fault_seed: int = 0) -> None:
+        self.pd = ProtectionDomain()
+        self._local_addr = local_addr
+        self._rx_mode = rx_mode
+        self._faults = faults
+        self._fault_seed = fault_seed
+        self._drivers: dict[ipaddress.IPv4Address, SoftRoceDriver] = {}
+
+    def register(self, view: memoryview, access: Access) -> SoftRegion:
+        return SoftRegion(self.pd.register(view, access))
+
+    def deregister(self, region: object) -> None:
+        if not isinstance(region, SoftRegion):
+            raise RoceError("not a region of this soft context")
+        self.pd.deregister(region.mr)
+
+    def driver_for(self, local_ip: str) -> SoftRoceDriver:
+        ip = ipaddress.IPv4Address(self._local_addr or local_ip)
+        driver = self._drivers.get(ip)
+        if driver is None:
+            config = DriverConfig(ip, self._rx_mode, self._faults, self._fault_seed)
+            driver = SoftRoceDriver(RoceEngine(ip), config)
+            driver.start()
+            self._drivers[ip] = driver
+        return driver
+
+    async def create_qp(self, local_ip: str, options: QpOptions, notify: Notify) -> SoftQp:
+        return SoftQp(self, self.driver_for(local_ip), options, notify)
+
+    def describe(self) -> Description:
+        ips = list(self._drivers) or (
+            [ipaddress.IPv4Address(self._local_addr)] if self._local_addr else [])
+        ip = ips[0] if ips else None
+        notes = ["the soft backend is netio's userspace RoCEv2 engine on UDP port 4791 of "
+                 "the local address (no RDMA device needed); the address is the one the "
+                 "route to each peer uses unless local_addr is given"]
+        if len(ips) > 1:
+            notes.append("local addresses in use: " + ", ".join(map(str, ips)))
+        return Description(
+            backend="soft", transport=Transport.ROCE, device="soft", port=1,
+            gid=mapped_gid(ip) if ip is not None else "", gid_type="RoCEv2",
+            mtu_bytes=SOFT_MAX_MTU_BYTES, local_ip=str(ip) if ip is not None else "",
+            notes=tuple(notes))
+
+    async def close(self) -> None:
+        drivers, self._drivers = list(self._drivers.values()), {}
+        for d in drivers:
+            await d.close()
+
+
+__all__ = ["SOFT_MAX_MTU_BYTES", "SoftBackend", "SoftQp", "SoftRegion", "gid_ip", "mapped_gid"]
