@@ -15,6 +15,8 @@ needs pyverbs.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import errno as errno_mod
 import ipaddress
 from collections.abc import Callable, Sequence
@@ -31,6 +33,7 @@ IB_MTUS_BYTES = (256, 512, 1024, 2048, 4096)
 # (include/rdma/ib_addr.h, iboe_get_mtu: GRH 40 + UDP 8 + BTH 12 + XRC ETH 4 +
 # AtomicETH 28 + ICRC 4).
 IBOE_OVERHEAD_BYTES = 96
+_ROUTE_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +144,17 @@ def read_gid_table(sysfs_root: Path | str = "/sys",
 
 def kernel_route(peer_ip: str) -> Route | None:
     """The kernel's route to ``peer_ip`` (``ip route get``) through pyroute2; None when
-    there is no route."""
+    there is no route. Callable from a running asyncio loop (pyroute2's synchronous
+    IPRoute runs its own loop, so the lookup then runs on a helper thread)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return _pyroute2_route(peer_ip)
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="netio-route") as pool:
+        return pool.submit(_pyroute2_route, peer_ip).result(timeout=_ROUTE_TIMEOUT_S)
+
+
+def _pyroute2_route(peer_ip: str) -> Route | None:
     from pyroute2 import IPRoute  # imported here: only route lookups need it
 
     with IPRoute() as ipr:
@@ -161,6 +174,12 @@ def kernel_route(peer_ip: str) -> Route | None:
         return Route(netdev=str(name), src_ip=str(src), local=msg["type"] == 2)  # RTN_LOCAL
 
 
+def _as_gid(text: str) -> ipaddress.IPv6Address:
+    """A GID given as IPv6 text, or as an IPv4 address (its IPv4-mapped GID)."""
+    addr = ipaddress.ip_address(text)
+    return ipaddress.IPv6Address(f"::ffff:{addr}") if addr.version == 4 else addr
+
+
 def _ipv4_of(gid: str) -> str | None:
     mapped = ipaddress.IPv6Address(gid).ipv4_mapped
     return str(mapped) if mapped is not None else None
@@ -168,8 +187,8 @@ def _ipv4_of(gid: str) -> str | None:
 
 def _reject_reason(e: GidEntry, *, peer: ipaddress.IPv4Address | ipaddress.IPv6Address | None,
                    route: Route | None, device: str | None, port: int | None,
-                   gid_index: int | None, mtu_bytes: int | None, local_ip: str | None
-                   ) -> str | None:
+                   gid_index: int | None, gid: str | None, mtu_bytes: int | None,
+                   local_ip: str | None) -> str | None:
     """Why ``e`` cannot be used (the first rule it breaks), or None when it can."""
     if device is not None and e.device != device:
         return f"not the requested device {device}"
@@ -177,6 +196,8 @@ def _reject_reason(e: GidEntry, *, peer: ipaddress.IPv4Address | ipaddress.IPv6A
         return f"not the requested port {port}"
     if gid_index is not None and e.index != gid_index:
         return f"not the requested GID index {gid_index}"
+    if gid is not None and ipaddress.IPv6Address(e.gid) != _as_gid(gid):
+        return f"not the requested GID {gid}"
     if e.port_state != PORT_ACTIVE:
         return f"port not active (state {e.port_state_text})"
     if e.link_layer and e.link_layer != "Ethernet":
@@ -216,8 +237,9 @@ def _reject_reason(e: GidEntry, *, peer: ipaddress.IPv4Address | ipaddress.IPv6A
 
 def choose(entries: Sequence[GidEntry], peer_ip: str | None = None, *,
            route: Route | None = None, device: str | None = None, port: int | None = None,
-           gid_index: int | None = None, mtu_bytes: int | None = None,
-           local_ip: str | None = None, backend: str = "verbs") -> Description:
+           gid_index: int | None = None, gid: str | None = None,
+           mtu_bytes: int | None = None, local_ip: str | None = None,
+           backend: str = "verbs") -> Description:
     """Choose a GID for ``peer_ip`` among ``entries``; the Description lists every entry
     with its reason. ``route`` is the kernel's route to the peer (None: unknown, the
     netdev is not checked). ``local_ip`` restricts the choice to the GID of that address.
@@ -227,7 +249,7 @@ def choose(entries: Sequence[GidEntry], peer_ip: str | None = None, *,
     if peer is not None and route is None:
         notes.append(f"the kernel has no route to {peer}: the netdev was not checked")
     verdicts = [(e, _reject_reason(e, peer=peer, route=route, device=device, port=port,
-                                   gid_index=gid_index, mtu_bytes=mtu_bytes,
+                                   gid_index=gid_index, gid=gid, mtu_bytes=mtu_bytes,
                                    local_ip=local_ip)) for e in entries]
     usable = [e for e, why in verdicts if why is None]
     chosen: GidEntry | None = None
