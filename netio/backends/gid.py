@@ -315,6 +315,7 @@ __all__ = [
     "ROCE_V1",
     "ROCE_V2",
     "GidEntry",
+    "PortMtu",
     "Route",
     "RouteLookup",
     "choose",

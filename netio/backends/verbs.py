@@ -63,6 +63,7 @@ from netio.backends.base import (
 from netio.backends.gid import (
     IB_MTUS_BYTES,
     GidEntry,
+    PortMtu,
     Route,
     RouteLookup,
     choose,
@@ -882,14 +883,40 @@ class VerbsBackend:
         self._pd = self._ctx = None
 
 
+def query_port_mtu() -> PortMtu | None:
+    """A ``port_mtu(device, port)`` that asks ``ibv_query_port`` for the active MTU (each
+    device opened briefly); None when pyverbs cannot be imported."""
+    try:
+        pv = _pyverbs()
+    except BackendUnavailable:
+        return None
+
+    def port_mtu(device: str, port: int) -> int | None:
+        try:
+            ctx = pv.device.Context(name=device)
+        except pv.Error:
+            return None
+        try:
+            return mtu_bytes_of(int(ctx.query_port(port).active_mtu))
+        except pv.Error:
+            return None
+        finally:
+            with contextlib.suppress(Exception):
+                ctx.close()
+
+    return port_mtu
+
+
 def describe_host(peer_ip: str | None = None, *, sysfs_root: str | Path = "/sys",
                   route_lookup: RouteLookup = kernel_route, device: str | None = None,
                   port: int | None = None, gid_index: int | None = None,
-                  mtu_bytes: int | None = None) -> tuple[Description, Route | None]:
+                  mtu_bytes: int | None = None, port_mtu: PortMtu | None = None
+                  ) -> tuple[Description, Route | None]:
     """The choice the verbs backend would make for ``peer_ip``, from sysfs and the kernel's
-    route only (no pyverbs, nothing opened): what ``netio doctor`` prints."""
+    route (and ``port_mtu``, e.g. :func:`query_port_mtu`; without it the MTU is derived
+    from the netdev's): what ``netio doctor`` prints. Opens nothing itself."""
     route = route_lookup(peer_ip) if peer_ip else None
-    entries = read_gid_table(sysfs_root)
+    entries = read_gid_table(sysfs_root, port_mtu=port_mtu)
     desc = choose(entries, peer_ip, route=route, device=device, port=port,
                   gid_index=gid_index, mtu_bytes=mtu_bytes)
     return desc, route
@@ -903,4 +930,5 @@ __all__ = [
     "memlock_text",
     "mtu_bytes_of",
     "mtu_enum",
+    "query_port_mtu",
 ]

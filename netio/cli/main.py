@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 # (subcommand module, one-line help). Modules are imported only when listed
 # here, so a subcommand's heavy imports cost nothing to the others.
-SUBCOMMANDS: tuple[str, ...] = ("decode", "scenario", "pingpong", "perftest")
+SUBCOMMANDS: tuple[str, ...] = ("decode", "scenario", "pingpong", "perftest", "doctor")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -121,3 +121,18 @@ def test_verbs_backend_polling_fallback(lab2: Any) -> None:
     server, client = _run_pair(lab2, "NETIO_VERBS_POLL=1")
     assert not _checks(server)[1] and not _checks(client)[1]
     assert "CHECK ok QP notification through the completion channel fd: polling" in client
+
+
+def test_doctor_in_a_guest(lab2: Any) -> None:
+    """``netio doctor PEER`` against the real rxe: exit 0, the lab's RoCEv2 GID chosen;
+    asking for MTU 4096 on this 1500-byte netdev rejects every GID (exit 4)."""
+    g0, g1 = lab2.guest("g0"), lab2.guest("g1")
+    cmd = f"{GUEST_ENV} python3 -m netio.cli.main doctor {g1.ip}"
+    _rc, raw = lab2.run(g0, f"{cmd}; echo __RC=$?", timeout=120)
+    out = raw.decode(errors="replace")
+    assert "__RC=0" in out, out
+    assert f"  * rxe0 port 1 gid[{g0.gid_index}] ::ffff:{g0.ip} RoCE v2 eth0 mtu 1024" in out
+    assert f"verdict: usable: verbs, GID ::ffff:{g0.ip}" in out
+    _rc, raw = lab2.run(g0, f"{cmd} --mtu 4096; echo __RC=$?", timeout=120)
+    out = raw.decode(errors="replace")
+    assert "__RC=4" in out and "port MTU 1024 is below the requested 4096" in out, out
