@@ -838,9 +838,11 @@ class VerbsBackend:
 
     def _entry_for(self, local_ip: str) -> GidEntry:
         """The GID entry for a QP whose traffic leaves from ``local_ip`` (the chosen one
-        when ``local_ip`` is empty or a wildcard)."""
+        when ``local_ip`` is empty, a wildcard or loopback)."""
         chosen = self._desc
-        if local_ip and not ipaddress.ip_address(local_ip).is_unspecified:
+        addr = ipaddress.ip_address(local_ip) if local_ip else None
+        # loopback (both ends on this host): the chosen GID, which the device loops back
+        if addr is not None and not addr.is_unspecified and not addr.is_loopback:
             desc, entries = self._choose(None, None, local_ip)
             if not desc.device:
                 raise DeviceNotFound(f"no RoCEv2 GID for the local address {local_ip} on "
