@@ -457,6 +457,10 @@ class VerbsQp:
         if r.opcode in _ATOMICS and (len(r.segments) != 1 or r.segments[0].length != 8):
             raise RoceError(f"work request {r.wr_id}: an atomic needs one 8-byte segment for "
                             f"the original value")
+        if r.opcode in _ATOMICS and r.remote_addr % 8:
+            raise RoceError(f"work request {r.wr_id}: atomic at remote address "
+                            f"{r.remote_addr:#x}, which is not 8-byte aligned (IBTA 9.4.5; "
+                            f"rdma-core refuses it at post time)")
         if r.opcode == WrOpcode.RDMA_READ and r.inline:
             raise RoceError(f"work request {r.wr_id}: RDMA READ cannot be inline")
         if r.inline and r.length_bytes > self._options.max_inline_bytes:

@@ -208,7 +208,8 @@ def test_no_rdma_at_all(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(shutil.which("ip") is None, reason="iproute2 is not installed")
 def test_kernel_route_matches_ip_route_get() -> None:
-    for dst in ("127.0.0.1", "192.0.2.77"):
+    """The netlink lookup against iproute2's own `ip route get` (IPv4 and IPv6)."""
+    for dst in ("127.0.0.1", "192.0.2.77", "10.1.1.1", "::1", "fd00::9"):
         proc = subprocess.run(["ip", "-o", "route", "get", dst], capture_output=True,
                               text=True, check=False)
         if proc.returncode != 0:

@@ -90,7 +90,7 @@ def test_verbs_backend_between_two_guests(lab2: Any) -> None:
     c_ok, c_fail = _checks(client)
     assert not s_fail and not c_fail, (s_fail, c_fail)
     # every planned check ran (a check that never ran cannot fail)
-    assert (len(s_ok), len(c_ok)) == (53, 49)
+    assert (len(s_ok), len(c_ok)) == (53, 50)
     for needle in ("RNR_RETRY_EXC_ERR", "RETRY_EXC_ERR", "REM_ACCESS_ERR", "fetch_add",
                    "compare_swap", "SG SEND", "unsignaled", "close with 30 receives"):
         assert any(needle in line for line in c_ok), needle
@@ -157,3 +157,41 @@ def test_conformance_suite_over_verbs_in_a_guest(lab2: Any) -> None:
     assert "__RC=0" in out, out[-6000:]
     summary = re.search(r"(\d+) passed", out)
     assert summary is not None and int(summary.group(1)) >= 16, out[-3000:]
+
+
+@pytest.mark.parametrize("verbs_role", ["client", "server"])
+def test_soft_on_the_host_with_verbs_in_a_guest(lab2: Any, verbs_role: str) -> None:
+    """netio.open("soft") on the host (in the lab namespace, at the bridge address) and
+    netio.open("verbs") in g0 (kernel rxe), through the public API: SEND and WRITE with
+    immediate data, WRITE in place into numpy, READ, both atomics, in both roles."""
+    g0 = lab2.guest("g0")
+    host_ip = lab2.state["host_ip"]
+    script = REPO / "tests" / "lab" / "verbs_soft_peer.py"
+    port = 18610 if verbs_role == "client" else 18611
+    soft_role = "server" if verbs_role == "client" else "client"
+    target = f"{host_ip}:{port}" if verbs_role == "client" else f"{g0.ip}:{port}"
+    soft_cmd = ["ip", "netns", "exec", lab2.ns, sys.executable, str(script), soft_role,
+                "soft", target, host_ip]
+    guest_cmd = f"{GUEST_ENV} python3 {script} {verbs_role} verbs {target}"
+    if verbs_role == "client":
+        soft = subprocess.Popen(soft_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+        try:
+            _rc, raw = lab2.run(g0, f"{guest_cmd}; echo __EXIT=$?", timeout=300)
+            soft_out, _ = soft.communicate(timeout=120)
+        finally:
+            soft.kill()
+        soft_rc = soft.returncode
+    else:
+        lab2.run_bg(g0, f"{guest_cmd}; echo __EXIT=$?", "verbs-soft-server")
+        done = subprocess.run(soft_cmd, capture_output=True, text=True, timeout=300)
+        soft_out, soft_rc = done.stdout + done.stderr, done.returncode
+        for _ in range(120):
+            _rc, raw = lab2.run(g0, "cat /tmp/verbs-soft-server.log", timeout=30)
+            if b"__EXIT=" in raw:
+                break
+            subprocess.run(["sleep", "0.5"], check=False)
+    guest_out = raw.decode(errors="replace")
+    assert "__EXIT=0" in guest_out, f"verbs:\n{guest_out}\nsoft:\n{soft_out}"
+    assert soft_rc == 0 and "failed=0" in soft_out, soft_out
+    assert len(re.findall(r"^CHECK ok", guest_out + soft_out, re.M)) == 7

@@ -495,6 +495,14 @@ async def client(peer: str, port: int) -> None:
     except RoceError as exc:
         check("inline above max_inline_bytes is refused", True, exc)
 
+    try:
+        qp.post_send([SendRequest(503, WrOpcode.ATOMIC_FETCH_AND_ADD, (seg(r_atom, 0, 8),),
+                                  remote_addr=tgt["addr"] + 4, rkey=tgt["rkey"],
+                                  compare_add=1)])
+        check("an atomic at a misaligned remote address is refused", False, "posted")
+    except RoceError as exc:
+        check("an atomic at a misaligned remote address is refused", "8-byte" in str(exc), exc)
+
     # figures: sequential 8-byte WRITE latency, 1 MiB WRITE throughput
     n = 50
     t0 = time.monotonic()
