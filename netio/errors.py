@@ -165,8 +165,8 @@ class ConnectFailed(IoError, ConnectionError):
     ``errno`` is the OS error where there was one."""
 
     def __init__(self, message: str, *, errno_value: int = 0, hint: str = "") -> None:
-        self.errno = errno_value
         super().__init__(message, hint=hint)
+        self.errno = errno_value  # after OSError's __init__, which resets it
 
 
 class ExchangeMismatch(IoError):

@@ -392,6 +392,7 @@ class Listener:
         self.errors: deque[str] = deque(maxlen=_LISTEN_ERRORS_KEPT)
         self.rejected = 0
         self._closed = False
+        self._closed_event = asyncio.Event()
 
     @property
     def address(self) -> tuple[str, int]:
@@ -429,15 +430,26 @@ class Listener:
     async def _accept(self, timeout_s: float | None) -> Endpoint:
         if self._closed:
             raise ClosedError("the listener is closed")
+        get = asyncio.ensure_future(self._ready.get())
+        closed = asyncio.ensure_future(self._closed_event.wait())
         try:
-            return await asyncio.wait_for(self._ready.get(), timeout_s)
-        except TimeoutError:
-            raise Timeout("accept", timeout_s or 0.0) from None
+            done, _ = await asyncio.wait({get, closed}, timeout=timeout_s,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closed.cancel()
+            if not get.done():
+                get.cancel()
+        if get in done:
+            return get.result()
+        if closed in done:
+            raise ClosedError("the listener was closed while waiting in accept")
+        raise Timeout("accept", timeout_s or 0.0)
 
     async def aclose(self) -> None:
         if self._closed:
             return
         self._closed = True
+        self._closed_event.set()
         if self.server is not None:
             self.server.close()
             with contextlib.suppress(Exception):

@@ -159,6 +159,8 @@ class Pending(Generic[T]):
         try:
             return outer.result(timeout_s)
         except concurrent.futures.TimeoutError:
+            if outer.done():
+                raise  # the operation's own Timeout (also a TimeoutError)
             raise Timeout("wait", timeout_s or 0.0) from None
 
     def cancel(self) -> None:
