@@ -17,14 +17,15 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from netio.api import exchange
 from netio.api.endpoint import Endpoint, Path
 from netio.api.handles import Pending, Runner
 from netio.api.region import Region, check_region_busy
-from netio.api.types import Access
+from netio.api.types import Access, QpType
 from netio.backends.base import (
+    QP_ACCESS_ALL,
     Backend,
     BackendQp,
     Description,
@@ -230,6 +231,27 @@ class Context:
         ep.progress()
         return ep
 
+    def endpoint(self, qp_type: QpType | str = QpType.RC, *, peer: str | None = None,
+                 psn: int | None = None) -> Pending[Endpoint]:
+        """An endpoint whose address the caller exchanges itself (``ep.address``, then
+        ``ep.connect_to(theirs)``), for RC, UC or UD (datagram) transports. ``peer`` is
+        the peer's IP, used to pick the local address its route leaves from."""
+        self._check_open()
+        kind = _qp_type(qp_type)
+        local_ip = route_source_ip(peer) if peer else "127.0.0.1"
+        return self.runner.spawn(self._unconnected(kind, local_ip, psn))
+
+    async def _unconnected(self, qp_type: QpType, local_ip: str, psn: int | None) -> Endpoint:
+        notify = _Notify()
+        qp = await self.backend.create_qp(local_ip, self.options.qp, notify, qp_type, psn)
+        local = qp.address()
+        path = Path(self.backend.describe(), local, None, local.mtu_bytes, self.options.qp,
+                    "")
+        ep = Endpoint(self, qp, path, qp_type)
+        notify.target = ep.progress
+        self._endpoints.add(ep)
+        return ep
+
     def listen(self, addr: str | tuple[str, int] = "0.0.0.0:0") -> Pending[Listener]:
         """Listen for netio connections on ``HOST:PORT`` (port 0: any free port)."""
         self._check_open()
@@ -352,6 +374,28 @@ class Context:
         return f"Context({self.backend.name}, {'closed' if self._closed else 'open'})"
 
 
+def _qp_type(value: QpType | str) -> QpType:
+    if isinstance(value, QpType):
+        return value
+    try:
+        return QpType[str(value).upper()]
+    except KeyError:
+        raise IoError(f"endpoint type {value!r} is not one of rc, uc, ud") from None
+
+
+def route_source_ip(peer: str) -> str:
+    """The local address the kernel's route to ``peer`` leaves from (a connected UDP
+    socket: nothing is sent)."""
+    family = socket.AF_INET6 if ":" in peer else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect((peer, 4791))
+        except OSError as exc:
+            raise ConnectFailed(f"no route to {peer}: {exc.strerror or exc}",
+                                errno_value=exc.errno or 0) from None
+        return str(probe.getsockname()[0])
+
+
 class _Notify:
     """The notify a backend QP is created with; it reaches the endpoint once there is one."""
 
@@ -465,16 +509,24 @@ class Listener:
                 pending.wait(_CLOSE_S + 1.0)
 
 
+_SOFT_OPTIONS = ("rx_mode", "faults", "fault_seed", "verify_icrc")
+
+
 def _make_backend(backend: str, *, device: str | None, port: int | None, gid: int | None,
-                  local_addr: str | None) -> Backend:
+                  local_addr: str | None, backend_options: dict[str, Any]) -> Backend:
     if backend not in BACKENDS:
         raise IoError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
     if backend == "auto":
         backend = "verbs" if _verbs_usable() else "soft"
+    allowed = _SOFT_OPTIONS if backend == "soft" else ()
+    unknown = sorted(set(backend_options) - set(allowed))
+    if unknown:
+        raise IoError(f"option(s) {', '.join(unknown)} are not known to the {backend} backend"
+                      + (f" (it takes {', '.join(allowed)})" if allowed else ""))
     if backend == "soft":
         from netio.backends.soft.backend import SoftBackend
 
-        return SoftBackend(local_addr=local_addr)
+        return SoftBackend(local_addr=local_addr, **backend_options)
     if backend == "tcp":
         from netio.backends.tcp import TcpBackend
 
@@ -503,7 +555,9 @@ def _verbs_usable() -> bool:
 def open(backend: str = "auto", *, device: str | None = None, port: int | None = None,
          gid: int | None = None, local_addr: str | None = None, mtu: int | None = None,
          traffic_class: int = 0, timeout_s: float = 10.0, ack_timeout: int = 14,
-         retry_count: int = 7, rnr_retry: int = 7, min_rnr_timer: int = 12) -> Context:
+         retry_count: int = 7, rnr_retry: int = 7, min_rnr_timer: int = 12, qkey: int = 0,
+         max_rd_atomic: int = 16, qp_access: Access = QP_ACCESS_ALL,
+         **backend_options: Any) -> Context:
     """Open a context on ``backend``: ``"soft"`` (netio's RoCEv2 engine on UDP),
     ``"verbs"`` (rdma-core: RoCE NICs, kernel rxe), ``"tcp"``, or ``"auto"`` (verbs when
     a usable RDMA device exists, else soft).
@@ -513,7 +567,10 @@ def open(backend: str = "auto", *, device: str | None = None, port: int | None =
     ``mtu`` caps the path MTU (256..4096); ``traffic_class`` is the IP TOS byte;
     ``timeout_s`` bounds every connect, accept and exchange step; ``ack_timeout``,
     ``retry_count``, ``rnr_retry``, ``min_rnr_timer`` are the RC QP attributes (IBTA
-    meanings; rnr_retry 7 retries for ever).
+    meanings; rnr_retry 7 retries for ever); ``qkey`` the Q_Key of datagram endpoints,
+    ``max_rd_atomic`` the READs/atomics in flight, ``qp_access`` the remote operations a
+    QP accepts. The soft backend also takes ``rx_mode``, ``faults``, ``fault_seed`` and
+    ``verify_icrc`` (see :class:`netio.backends.soft.SoftRoceDriver`).
     """
     if mtu is not None and mtu not in IB_MTUS:
         raise IoError(f"mtu {mtu} is not an IB MTU ({', '.join(map(str, IB_MTUS))})")
@@ -524,9 +581,13 @@ def open(backend: str = "auto", *, device: str | None = None, port: int | None =
             raise IoError(f"{name}={value!r} is outside 0..{hi}")
     if not timeout_s > 0:
         raise IoError(f"timeout_s={timeout_s!r} must be positive")
+    if not 0 <= qkey <= 0xFFFFFFFF or not 0 <= max_rd_atomic <= 255:
+        raise IoError("qkey must fit 32 bits and max_rd_atomic 0..255")
     qp = QpOptions(timeout=ack_timeout, retry_count=retry_count, rnr_retry=rnr_retry,
-                   min_rnr_timer=min_rnr_timer, traffic_class=traffic_class)
-    made = _make_backend(backend, device=device, port=port, gid=gid, local_addr=local_addr)
+                   min_rnr_timer=min_rnr_timer, traffic_class=traffic_class, qkey=qkey,
+                   max_rd_atomic=max_rd_atomic, access=Access(qp_access))
+    made = _make_backend(backend, device=device, port=port, gid=gid, local_addr=local_addr,
+                         backend_options=backend_options)
     runner = Runner.current_or_private()
     return Context(made, ContextOptions(made.name, timeout_s, mtu, qp), runner)
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from netio.api.types import Access
+from netio.api.types import QpType as QpType  # re-exported: the engine's users name it here
 from netio.errors import RoceError
 from netio.roce.memory import ProtectionDomain
 from netio.roce.psn import PSN_MASK
@@ -49,14 +50,6 @@ class QpState(enum.IntEnum):
     SQD = 4
     SQE = 5
     ERR = 6
-
-
-class QpType(enum.IntEnum):
-    """``enum ibv_qp_type`` values for the transports the engine implements."""
-
-    RC = 2
-    UC = 3
-    UD = 4
 
 
 # IBTA §10.3.1: from-state -> states a verbs modify may move to. Anything else is illegal.
