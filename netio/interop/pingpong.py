@@ -433,8 +433,16 @@ class _Pingpong:
         else:
             if cfg.server is None:
                 raise ExchangeError("pingpong", "a client needs a server address")
-            theirs = await client_exchange(cfg.server, cfg.port, mine,
-                                           timeout_s=cfg.timeout_s, on_waiting=on_waiting)
+            try:
+                theirs = await client_exchange(cfg.server, cfg.port, mine,
+                                               timeout_s=cfg.timeout_s, on_waiting=on_waiting)
+            except ExchangeError as exc:
+                if not self.tcp or exc.step != "pingpong server address":
+                    raise
+                # a kernel tool (or a RoCE netio) closes on the zero GID tcp announces
+                raise ExchangeError(exc.step, f"{exc.reason}; with --backend tcp the server "
+                                              "must be netio --backend tcp (a kernel tool "
+                                              "cannot use the zero GID tcp announces)") from None
             await self._connect(theirs)
         if on_address is not None:
             on_address("remote", theirs)
