@@ -11,6 +11,7 @@ message sizes are the tools' own: 52 bytes for a pingpong address (``sizeof
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import random
 import socket
@@ -71,19 +72,58 @@ async def _silent_server(host: str) -> AsyncIterator[int]:
         server.close()
 
 
-async def _bounded(coro: object, step: str) -> float:
-    """Run ``coro`` (a run that must fail at ``step``); the seconds it took."""
+async def _bounded(coro: object, step: str, why: str = "") -> float:
+    """Run ``coro`` (a run that must fail at ``step``, saying ``why``); the seconds it
+    took."""
     start = time.monotonic()
     with pytest.raises(ExchangeError) as raised:
         await asyncio.wait_for(coro, SILENT_S)  # type: ignore[arg-type]
     took = time.monotonic() - start
     assert raised.value.step == step, raised.value
+    assert why in raised.value.reason, raised.value
     assert f"{TIMEOUT_S:g} s" in raised.value.reason
     assert took < TIMEOUT_S + SLACK_S, f"{step}: ended after {took:.1f} s"
     return took
 
 
+@asynccontextmanager
+async def _unanswering_server(host: str) -> AsyncIterator[int]:
+    """A listening socket whose accept queue is full: the kernel drops further SYNs, so
+    a connect neither succeeds nor fails (for minutes of SYN retries); yields its port."""
+    with socket.socket() as listening:
+        listening.bind((host, 0))
+        listening.listen(0)
+        port: int = listening.getsockname()[1]
+        queued = []
+        try:
+            for _ in range(4):  # fill the queue (listen(0) takes one) and then some
+                sock = socket.socket()
+                sock.setblocking(False)
+                with contextlib.suppress(BlockingIOError):
+                    sock.connect((host, port))
+                queued.append(sock)
+            await asyncio.sleep(0.2)
+            yield port
+        finally:
+            for sock in queued:
+                sock.close()
+
+
 # -- pingpong ------------------------------------------------------------------------------
+
+
+def test_pingpong_client_connect_that_is_never_answered_is_bounded() -> None:
+    server_ip, client_ip = _loopback_pair()
+
+    async def main() -> None:
+        async with _unanswering_server(str(server_ip)) as port:
+            config = PingpongConfig(transport=QpType.RC, server=str(server_ip), port=port,
+                                    local_ip=client_ip, iters=1, timeout_s=TIMEOUT_S)
+            await _bounded(run_pingpong(config), "pingpong connect",
+                           "the connection was not answered")
+
+    asyncio.run(main())
+
 
 
 def test_pingpong_client_against_a_server_that_accepts_and_sends_nothing() -> None:
