@@ -227,7 +227,8 @@ class Context:
         self._endpoints.add(ep)
         if self.transport != Transport.TCP:
             # The exchange connection stays open only to learn that the peer went away.
-            asyncio.get_running_loop().create_task(_watch_peer(ep, reader, writer))
+            ep.watch_task = asyncio.get_running_loop().create_task(
+                _watch_peer(ep, reader, writer))
         ep.progress()
         return ep
 

@@ -199,6 +199,8 @@ class Endpoint:
         self._closed = False
         self.peer_closed = False
         self.completed = 0
+        # watches the exchange connection of a RoCE endpoint for the peer leaving
+        self.watch_task: asyncio.Task[None] | None = None
 
     # -- single operations -----------------------------------------------------------
 
@@ -474,6 +476,8 @@ class Endpoint:
         if self._closed:
             return
         self._closed = True
+        if self.watch_task is not None:
+            self.watch_task.cancel()
         with contextlib.suppress(Exception):  # closing must not fail or hang
             await asyncio.wait_for(self._qp.close(), _CLOSE_S)
         self.progress()
