@@ -348,6 +348,7 @@ def _feasibility(system: System, model: Model, lay: Layouts, mem: MemoryArrays,
                  m: FloatArray) -> IntArray:
     reason = np.zeros(len(lay), dtype=np.int64)
     checks = [
+        (Infeasible.MEMORY, mem.total_bytes > system.accelerator.memory_bytes),
         (Infeasible.SEQUENCE_NOT_DIVISIBLE, model.sequence_length % lay.context_parallel != 0),
         (Infeasible.EXPERTS_NOT_DIVISIBLE,
          (lay.data_parallel * lay.context_parallel) % lay.expert_parallel != 0
@@ -359,9 +360,9 @@ def _feasibility(system: System, model: Model, lay: Layouts, mem: MemoryArrays,
          model.layers % (lay.pipeline_parallel * lay.interleave) != 0),
         (Infeasible.BATCH_NOT_DIVISIBLE,
          lay.global_batch_size % (lay.data_parallel * lay.micro_batch_size) != 0),
-        (Infeasible.MEMORY, mem.total_bytes > system.accelerator.memory_bytes),
     ]
-    for code, bad in checks:  # the last failing check wins: memory is reported last
+    for code, bad in checks:  # the last failing check wins: a layout that cannot be
+        # built is reported as such before what it would need in memory
         reason = np.where(bad, int(code), reason)
     return reason
 
