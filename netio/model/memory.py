@@ -74,11 +74,18 @@ def params_per_rank(model: Model, lay: Layouts) -> FloatArray:
     p = lay.pipeline_parallel.astype(np.float64)
     e = lay.expert_parallel.astype(np.float64)
     split, replicated = layer_params(model)
-    layers = np.ceil(model.layers / p)
+    layers = stage_layers(model, lay)
     per_layer = split / t + replicated + expert_params(model) / (e * t)
     embedding = model.vocab_size * model.hidden_size / t
     untied_head = np.where((p == 1) & (not model.tied_embeddings), embedding, 0.0)
     return layers * per_layer + embedding + untied_head
+
+
+def stage_layers(model: Model, lay: Layouts) -> FloatArray:
+    """Layers on the fullest pipeline rank: ``v`` chunks of ``ceil(L / (p v))`` layers
+    (when the layers do not split evenly, some ranks get one layer more per chunk)."""
+    chunks = (lay.pipeline_parallel * lay.interleave).astype(np.float64)
+    return np.ceil(model.layers / chunks) * lay.interleave
 
 
 def microbatches(lay: Layouts) -> FloatArray:
@@ -132,7 +139,7 @@ def activation_bytes(model: Model, lay: Layouts) -> FloatArray:
     per_layer = activation_bytes_per_layer(model, lay, lay.recompute)
     in_flight = np.minimum(p, np.maximum(m, 1.0))
     interleave_factor = np.where(v > 1, 1 + (p - 1) / (p * v), 1.0)
-    layers = np.ceil(model.layers / p)
+    layers = stage_layers(model, lay)
     total = per_layer * layers * in_flight * interleave_factor
     tokens = model.sequence_length / lay.context_parallel * lay.micro_batch_size
     q = np.where(lay.sequence_parallel, t, 1.0)

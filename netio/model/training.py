@@ -59,6 +59,7 @@ from netio.model.memory import (
     layer_params,
     memory,
     microbatches,
+    stage_layers,
 )
 from netio.model.schema import Attention, Execution, FloatArray, Model, Recompute, System
 
@@ -77,7 +78,7 @@ class Infeasible(IntEnum):
     FEASIBLE = 0
     MEMORY = 1
     BATCH_NOT_DIVISIBLE = 2
-    LAYERS_NOT_DIVISIBLE = 3
+    TOO_FEW_LAYERS = 3
     HEADS_NOT_DIVISIBLE = 4
     EXPERTS_NOT_DIVISIBLE = 5
     SEQUENCE_NOT_DIVISIBLE = 6
@@ -231,7 +232,8 @@ def evaluate(system: System, model: Model, lay: Layouts) -> StepArrays:
     act_bytes = el * tok * h
     tp_paths = paths(system, t, ranks_per_node(t, 1, G))
     ar, tp_algo = best_time(Collective.ALL_REDUCE, act_bytes, tp_paths)
-    ag, _ = best_time(Collective.ALL_GATHER, act_bytes, tp_paths)
+    ag, ag_algo = best_time(Collective.ALL_GATHER, act_bytes, tp_paths)
+    tp_algo = np.where(sp, ag_algo, tp_algo)
     rs, _ = best_time(Collective.REDUCE_SCATTER, act_bytes, tp_paths)
     tp_fwd = np.where(sp, 2 * (ag + rs), 2 * ar)
     tp_bwd = np.where(sp, 2 * (ag + rs) + 2 * ag, 2 * ar)
@@ -255,7 +257,7 @@ def evaluate(system: System, model: Model, lay: Layouts) -> StepArrays:
     else:
         ep_layer = np.zeros_like(t)
 
-    layers = np.ceil(model.layers / p)
+    layers = stage_layers(model, lay)
     # Weight gradients accumulate over the micro-batches: the backward pass reads the new
     # gradient and reads and writes the accumulator (Megatron's main_grad) once per
     # parameter and micro-batch.
@@ -297,10 +299,11 @@ def evaluate(system: System, model: Model, lay: Layouts) -> StepArrays:
     dp_paths = paths(system, dpg, ranks_per_node(dpg, t, G))
     grad_bytes = params * float(lay.grad_bytes)
     ar_dp, dp_algo = best_time(Collective.ALL_REDUCE, grad_bytes, dp_paths)
-    rs_dp, _ = best_time(Collective.REDUCE_SCATTER, grad_bytes, dp_paths)
+    rs_dp, rs_algo = best_time(Collective.REDUCE_SCATTER, grad_bytes, dp_paths)
     ag_dp, _ = best_time(Collective.ALL_GATHER, params * el, dp_paths)
     z = lay.zero_stage
     dp_comm = np.where(z == 0, ar_dp, rs_dp + ag_dp)
+    dp_algo = np.where(z == 0, dp_algo, rs_algo)
     window = np.where(lay.overlap_grad_reduce,
                       layers * (bwd_compute + bwd_mem + tp_bwd), 0.0)
     dp_exposed = np.maximum(dp_comm - window, 0.0)
@@ -356,8 +359,7 @@ def _feasibility(system: System, model: Model, lay: Layouts, mem: MemoryArrays,
          ((model.moe.experts % lay.expert_parallel != 0)
           | ((lay.data_parallel * lay.context_parallel) % lay.expert_parallel != 0))),
         (Infeasible.HEADS_NOT_DIVISIBLE, model.attention_heads % lay.tensor_parallel != 0),
-        (Infeasible.LAYERS_NOT_DIVISIBLE,
-         model.layers % (lay.pipeline_parallel * lay.interleave) != 0),
+        (Infeasible.TOO_FEW_LAYERS, lay.pipeline_parallel * lay.interleave > model.layers),
         (Infeasible.BATCH_NOT_DIVISIBLE,
          lay.global_batch_size % (lay.data_parallel * lay.micro_batch_size) != 0),
     ]
@@ -458,9 +460,9 @@ def _reason(code: int, mem: MemoryReport, model: Model, ex: Execution) -> str:
         Infeasible.BATCH_NOT_DIVISIBLE:
             f"global_batch_size {ex.global_batch_size} is not a multiple of data_parallel "
             f"{ex.data_parallel} x micro_batch_size {ex.micro_batch_size}",
-        Infeasible.LAYERS_NOT_DIVISIBLE:
-            f"{model.layers} layers do not split into pipeline_parallel "
-            f"{ex.pipeline_parallel} x interleave {ex.interleave} equal chunks",
+        Infeasible.TOO_FEW_LAYERS:
+            f"{model.layers} layers cannot fill pipeline_parallel {ex.pipeline_parallel} x "
+            f"interleave {ex.interleave} chunks",
         Infeasible.HEADS_NOT_DIVISIBLE:
             f"{model.attention_heads} attention heads do not split over tensor_parallel "
             f"{ex.tensor_parallel}",
@@ -495,10 +497,13 @@ def train(system: System, model: Model, execution: Execution) -> TrainResult:
                           f(mem.activations_bytes), f(mem.total_bytes),
                           system.accelerator.memory_bytes)
     code = int(r.infeasible[0])
-    collectives = {"tensor_parallel_all_reduce": Algorithm(int(r.tp_algorithm[0])).name.lower()
-                   if execution.tensor_parallel > 1 else "none",
-                   "data_parallel_gradients": Algorithm(int(r.dp_algorithm[0])).name.lower()
-                   if execution.data_parallel * execution.context_parallel > 1 else "none"}
+    tp_what = ("all-gather + reduce-scatter" if execution.sequence_parallel else "all-reduce")
+    dp_what = "reduce-scatter + all-gather" if execution.zero_stage else "all-reduce"
+    collectives = {
+        "tensor_parallel": f"{Algorithm(int(r.tp_algorithm[0])).name.lower()} {tp_what}"
+        if execution.tensor_parallel > 1 else "none",
+        "data_parallel_gradients": f"{Algorithm(int(r.dp_algorithm[0])).name.lower()} "
+        f"{dp_what}" if execution.data_parallel * execution.context_parallel > 1 else "none"}
     tokens = execution.global_batch_size * model.sequence_length
     return TrainResult(
         system.name, model.name, execution.accelerators, code == 0,

@@ -71,8 +71,8 @@ def test_infeasible_memory_names_the_term_and_the_excess() -> None:
 
 @pytest.mark.parametrize(("kw", "reason", "words"), [
     (dict(global_batch_size=33), Infeasible.BATCH_NOT_DIVISIBLE, "not a multiple"),
-    (dict(pipeline_parallel=5, global_batch_size=30, data_parallel=2),
-     Infeasible.LAYERS_NOT_DIVISIBLE, "96 layers"),
+    (dict(pipeline_parallel=64, interleave=2, global_batch_size=32, data_parallel=1),
+     Infeasible.TOO_FEW_LAYERS, "96 layers cannot fill"),
     (dict(tensor_parallel=5), Infeasible.HEADS_NOT_DIVISIBLE, "attention heads"),
     (dict(context_parallel=3), Infeasible.SEQUENCE_NOT_DIVISIBLE, "context_parallel 3"),
 ])
@@ -182,3 +182,14 @@ def test_layer_params_count_gqa_and_gating() -> None:
     split, _ = layer_params(load_model("llama3-8b"))
     weights = 4096 * 4096 * 2 + 2 * 4096 * 1024 + 3 * 4096 * 14336
     assert split == pytest.approx(weights, rel=1e-3)
+
+
+def test_uneven_layers_load_the_fullest_stage() -> None:
+    # 126 layers on 16 stages: the fullest stage has ceil(126/16) = 8 layers, as with 128.
+    system = load_system("dgx-h100")
+    base = load_model("llama3-8b")
+    e = ex(pipeline_parallel=16, data_parallel=1, global_batch_size=64)
+    a = train(system, dataclasses.replace(base, layers=126), e)
+    b = train(system, dataclasses.replace(base, layers=128), e)
+    assert a.feasible and a.step_s == b.step_s
+    assert a.collectives["tensor_parallel"].endswith("all-gather + reduce-scatter")
