@@ -9,11 +9,14 @@ from nccl-tests' doc/PERFORMANCE.md for the bus-bandwidth factors.
 from __future__ import annotations
 
 import math
+import tomllib
+from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from model_helpers import profile_doc, write
 
 from netio.model.collectives import (
     ALGORITHMS,
@@ -28,6 +31,7 @@ from netio.model.collectives import (
 )
 from netio.model.schema import (
     FLAT,
+    PRESET_DIR,
     Accelerator,
     Curve,
     Fabric,
@@ -35,6 +39,7 @@ from netio.model.schema import (
     Node,
     System,
     Topology,
+    load_system,
 )
 
 A_UP, B_UP = 2e-6, 1 / 200e9  # scale-up: 2 us per message, 200 GB/s
@@ -197,3 +202,37 @@ def test_more_bytes_never_faster_more_bandwidth_never_slower(
     assert t[0] <= t[1] * (1 + 1e-12)
     tf, _ = best_time(op, np.array([lo, hi]), paths(fast, np.array([n, n]), np.array([nl, nl])))
     assert np.all(tf <= t * (1 + 1e-12))
+
+
+def test_double_binary_tree_across_nodes_has_nccl_latency() -> None:
+    # NCCL ncclTopoTuneModel: tree latency 2 * ((ranks per node - 1) * intra + log2(nodes)
+    # * inter); bandwidth as the pipelined tree, 2 S bytes through the slower link class.
+    s, g, nodes = 1e6, 8, 16
+    want = 2 * ((g - 1) * A_UP + math.log2(nodes) * A_NET) + 2 * s * max(B_UP, B_NET / 8)
+    got = one(Collective.ALL_REDUCE, Algorithm.DOUBLE_BINARY_TREE, s, g * nodes, g,
+              make_system())
+    assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_pairwise_all_to_all_across_nodes() -> None:
+    # n - 1 exchanges, of which the n - n_local with off-node peers pay the network latency;
+    # (n-1)/n of the buffer leaves each rank, the node's NICs carrying it.
+    s, g, nodes = 1e8, 8, 4
+    n = g * nodes
+    want = (g - 1) * A_UP + (n - g) * A_NET + (n - 1) / n * s * max(B_UP, B_NET / 8)
+    assert one(Collective.ALL_TO_ALL, Algorithm.PAIRWISE, s, n, g, make_system()) \
+        == pytest.approx(want, rel=1e-12)
+
+
+def test_send_recv_between_nodes_uses_the_profile_calibrated_link(tmp_path: Any) -> None:
+    # A system whose network is a measured fabric profile: a send/recv between two nodes
+    # costs the profile's alpha + S * beta / efficiency(S).
+    write(tmp_path / "link.json", profile_doc())
+    doc = tomllib.loads((PRESET_DIR / "system" / "dgx-a100-80gb.toml").read_text())
+    doc["network"] = {"scale_out_profile": "link.json"}
+    system = load_system(write(tmp_path / "sys.json", doc))
+    s = float(1 << 20)
+    want = 4e-6 + s * 2e-10 / 0.9  # fit alpha_s, beta_s_per_byte; efficiency 0.9 at 1 MiB
+    # one rank per node (8 accelerators share 8 NICs: each rank owns one)
+    assert one(Collective.SEND_RECV, Algorithm.DIRECT, s, 2, 1, system) \
+        == pytest.approx(want, rel=1e-12)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from model_helpers import profile_doc, write
 
 from netio.errors import FabricProfileError, ModelInputError
 from netio.fabric_profile import (
@@ -31,26 +32,6 @@ EXECUTION = dict(
     context_parallel=1, sequence_parallel=True, zero_stage=1, micro_batch_size=1,
     global_batch_size=16, recompute="selective", attention="flash", compute_dtype="bf16",
     grad_reduce_dtype="fp32", overlap_grad_reduce=True)
-
-
-def profile_doc() -> dict[str, Any]:
-    return {
-        "schema": "netio.fabric_profile", "version": SCHEMA_VERSION, "backend": "soft",
-        "device": "rxe0", "gid": "fe80::1", "mtu_bytes": 4096, "hosts": ["a", "b"],
-        "points": [{"message_bytes": 64, "latency_s": 5e-6, "bandwidth_bytes_per_s": 1e7},
-                   {"message_bytes": 1 << 20, "latency_s": 2e-4,
-                    "bandwidth_bytes_per_s": 5e9}],
-        "fit": {"alpha_s": 4e-6, "beta_s_per_byte": 2e-10, "max_relative_error": 0.08},
-        "efficiency": [{"message_bytes": 64, "efficiency": 0.01},
-                       {"message_bytes": 1 << 20, "efficiency": 0.9}],
-        "conditions": {"pause_fraction": 0.03, "cnp_per_s": 120.0,
-                       "retransmission_ratio": 0.001},
-    }
-
-
-def write(path: Path, doc: dict[str, Any]) -> Path:
-    path.write_text(json.dumps(doc))
-    return path
 
 
 def test_execution_from_toml_and_json(tmp_path: Path) -> None:
