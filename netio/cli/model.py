@@ -14,12 +14,14 @@ Exit codes:
   1  train: the layout is infeasible (the output says which term and by how much)
   2  usage error (bad option or value)
   3  an input file or preset is invalid (the message names the file and the key)
+  141  the reader of the output went away (``| head``), as SIGPIPE would
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -35,6 +37,7 @@ EXIT_OK = 0
 EXIT_INFEASIBLE = 1
 EXIT_USAGE = 2
 EXIT_INPUT = 3
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?$", re.IGNORECASE)
@@ -85,6 +88,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    try:
+        code = _run(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
+        return code
+    except BrokenPipeError:
+        # Nothing more can be written; keep the interpreter's final flush quiet too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         if args.command == "presets":
             for kind in ("system", "model", "execution"):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from netio.cli.model import (
+    EXIT_BROKEN_PIPE,
     EXIT_INFEASIBLE,
     EXIT_INPUT,
     EXIT_OK,
@@ -81,3 +82,15 @@ def test_module_runs_as_a_program() -> None:
     out = subprocess.run([sys.executable, "-m", "netio.cli.model", "presets"],
                          capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.startswith("system: ")
+
+
+def test_closed_pipe_exits_141_quietly() -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "netio.cli.model", "collective", "dgx-h100",
+                             "--op", "all_reduce", "--ranks", "64", "--json", "--sizes",
+                             ",".join(["1M"] * 2000)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == EXIT_BROKEN_PIPE
+    assert err == b""
