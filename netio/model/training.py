@@ -308,7 +308,7 @@ def evaluate(system: System, model: Model, lay: Layouts) -> StepArrays:
                       layers * (bwd_compute + bwd_mem + tp_bwd), 0.0)
     dp_exposed = np.maximum(dp_comm - window, 0.0)
     zero3 = m * (2 * ag_dp + rs_dp)
-    dp_exposed = np.where(z >= 3, np.maximum(zero3 - pipe, 0.0) + 0.0, dp_exposed)
+    dp_exposed = np.where(z >= 3, np.maximum(zero3 - pipe, 0.0), dp_exposed)
     dp_exposed = np.where(dpg > 1, dp_exposed, 0.0)
 
     acc = system.accelerator
@@ -325,7 +325,7 @@ def evaluate(system: System, model: Model, lay: Layouts) -> StepArrays:
     layer_fwd = tokens_step * model.layers * _flops_per_token_layer(model)
     attn_core_fwd = tokens_step * model.layers * 4 * model.sequence_length * h
     re_flops = np.where(rc == Recompute.FULL, layer_fwd,
-                        np.where(rc == Recompute.SELECTIVE, attn_core_fwd, 0.0))
+                        np.where((rc == Recompute.SELECTIVE) & ~flash, attn_core_fwd, 0.0))
     hardware_flops = model_flops + re_flops
     peak = acc.peak(lay.compute_dtype)
     mfu = model_flops / (step * n_acc * peak)

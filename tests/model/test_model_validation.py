@@ -66,6 +66,16 @@ def test_korthikanti_table5_every_row_within_10_percent_median_within_5() -> Non
     assert median <= 0.05, (median, errors)
 
 
+def test_korthikanti_22b_with_micro_batch_1_also_within_10_percent() -> None:
+    # The issue states micro-batch 1 for every Table 5 row; calculon's tab5 configuration
+    # (used above) runs the 22B model with one micro-batch of 4. Either way within 10 %.
+    system, model = load_system("dgx-a100-80gb"), load_model("megatron-22b")
+    for rc, sp, ref in (("full", False, 1.42), ("selective", True, 1.10)):
+        r = train(system, model, _execution(global_batch_size=4, micro_batch_size=1,
+                                            recompute=rc, sequence_parallel=sp))
+        assert abs(r.step_s / ref - 1) <= 0.10, (rc, r.step_s, ref)
+
+
 # Activation memory per GPU of the first pipeline stage, Korthikanti et al. Figure 1
 # ("none": tensor parallelism only, no recomputation; "seqsel": sequence parallelism +
 # selective recomputation), in GiB as transcribed in calculon's llm/validation.py
