@@ -12,13 +12,18 @@ System
     ``memory_bandwidth_bytes_per_s``, ``[accelerator.peak_flops_per_s]`` one number per
     data type, ``matmul_efficiency_by_flops`` and ``memory_efficiency_by_bytes``: the
     achieved fraction of peak against the size of one operation, as ``[[size,
-    fraction], ...]`` with size ascending (interpolated in log size, held at the ends).
+    fraction], ...]`` with size ascending (interpolated in log size, held at the ends),
+    and ``fused_attention_efficiency``: the fraction of peak a fused (Flash) attention
+    kernel achieves, forward and backward together.
     ``[node]``: ``accelerators``, ``scaleup_bandwidth_bytes_per_s`` (per accelerator,
     per direction), ``scaleup_latency_s``, ``scaleup_efficiency_by_bytes``, ``nics``,
     ``nic_bandwidth_bits_per_s`` (per NIC), ``nic_latency_s``, ``nic_efficiency_by_bytes``.
     ``[fabric]``: ``topology`` (``single_switch``, ``leaf_spine``, ``rail_optimized``),
-    ``nodes_per_leaf``, ``oversubscription_ratio`` (leaf down- to up-link bandwidth, 1 =
-    non-blocking). Optional ``[network]`` replaces the line rates by measured links:
+    ``nodes_per_leaf`` (nodes under one leaf; with ``rail_optimized``, under one rail
+    switch, which each node reaches with one NIC per rail), ``oversubscription_ratio``
+    (leaf down- to up-link bandwidth, 1 = non-blocking): groups spanning more nodes than
+    one leaf holds cross the spine at ``1/oversubscription_ratio``. Optional
+    ``[network]`` replaces the line rates by measured links:
     ``scale_up`` and ``scale_out`` tables of ``alpha_s`` and ``beta_s_per_byte`` (per
     accelerator and per NIC), or ``scale_out_profile``: the path (relative to the system
     file) of a netio fabric profile (:mod:`netio.fabric_profile`), whose fit and
@@ -111,6 +116,7 @@ class Accelerator:
     peak_flops_per_s: Mapping[str, float]
     matmul_efficiency: Curve
     memory_efficiency: Curve
+    fused_attention_efficiency: float
 
     def peak(self, dtype: str) -> float:
         if dtype not in self.peak_flops_per_s:
@@ -365,7 +371,8 @@ def system_from_dict(data: Mapping[str, Any], path: str = "<system>",
     peaks_t.done()
     acc = Accelerator(a.str_("name"), a.float_("memory_bytes"),
                       a.float_("memory_bandwidth_bytes_per_s"), peaks,
-                      a.curve("matmul_efficiency_by_flops"), a.curve("memory_efficiency_by_bytes"))
+                      a.curve("matmul_efficiency_by_flops"), a.curve("memory_efficiency_by_bytes"),
+                      a.float_("fused_attention_efficiency", high=1.0))
     a.done()
     n = r.table("node")
     accelerators, nics = n.int_("accelerators"), n.int_("nics")

@@ -147,8 +147,15 @@ def _layer_ops(system: System, model: Model, lay: Layouts) -> dict[str, FloatArr
     heads = b * a / t
     scores_op = gemm(sr, d, s, heads)
     core_unfused = 2 * _time(system, dt, scores_op)
-    flash = _time(system, dt, _Op(2 * scores_op.flops * 0.5,
-                                  el * heads * (2 * sr * d + 2 * s * kvd / a * 1.0)))
+    # FlashAttention: both products and the softmax in one kernel that skips the masked
+    # (causal) half, at the kernel's own achieved efficiency; it reads Q, K, V and
+    # writes O once.
+    acc = system.accelerator
+    flash_flops = 2 * scores_op.flops * 0.5
+    flash_bytes = el * heads * (2 * sr * d + 2 * s * kvd / a)
+    flash = np.maximum(flash_flops / (acc.peak(dt) * acc.fused_attention_efficiency),
+                       flash_bytes / (acc.memory_bandwidth_bytes_per_s
+                                      * acc.memory_efficiency.at(flash_bytes)))
     score_elems = heads * sr * s
     softmax = _time(system, dt, _Op(np.zeros_like(tok), 2 * el * score_elems))
     sdrop = _time(system, dt, _Op(np.zeros_like(tok), (2 * el + 1) * score_elems)) * drop

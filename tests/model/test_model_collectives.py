@@ -49,7 +49,7 @@ A_NET, B_NET = 8e-6, 1 / 25e9  # network: 8 us per message, 25 GB/s per NIC
 def make_system(g: int = 8, nics: int = 8, topology: Topology = Topology.SINGLE_SWITCH,
                 nodes_per_leaf: int = 1000, over: float = 1.0, up_eff: Curve = FLAT,
                 b_up: float = B_UP, b_net: float = B_NET) -> System:
-    acc = Accelerator("test", 80e9, 2e12, {"bf16": 1e15}, FLAT, FLAT)
+    acc = Accelerator("test", 80e9, 2e12, {"bf16": 1e15}, FLAT, FLAT, 0.5)
     node = Node(g, nics, Link(A_UP, b_up, up_eff), Link(A_NET, b_net, FLAT))
     return System("test", acc, node, Fabric(topology, nodes_per_leaf, over))
 

@@ -193,3 +193,18 @@ def test_uneven_layers_load_the_fullest_stage() -> None:
     b = train(system, dataclasses.replace(base, layers=128), e)
     assert a.feasible and a.step_s == b.step_s
     assert a.collectives["tensor_parallel"].endswith("all-gather + reduce-scatter")
+
+
+def test_fused_attention_runs_at_its_own_efficiency() -> None:
+    # Halving the FlashAttention kernel's efficiency doubles its compute-bound time: the
+    # step grows, and by less than the whole compute term.
+    system, model = load_system("dgx-h100"), load_model("llama3-8b")
+    slow = dataclasses.replace(system, accelerator=dataclasses.replace(
+        system.accelerator, fused_attention_efficiency=system.accelerator
+        .fused_attention_efficiency / 2))
+    e = ex(pipeline_parallel=1, data_parallel=8, global_batch_size=64)
+    a, b = train(system, model, e), train(slow, model, e)
+    assert a.step_s < b.step_s < a.step_s + a.breakdown_s["compute"]
+    unfused = ex(pipeline_parallel=1, data_parallel=8, global_batch_size=64,
+                 attention="unfused", recompute="selective")
+    assert train(system, model, unfused).step_s == train(slow, model, unfused).step_s
