@@ -436,7 +436,8 @@ class TrainResult:
                  f"{'term':<28}{'time[s]':>12}{'share':>9}"]
         for k, val in self.breakdown_s.items():
             lines.append(f"{k:<28}{val:>12.4g}{val / self.step_s:>9.1%}")
-        lines.append(f"bottleneck: {self.bottleneck}")
+        share = self.breakdown_s[self.bottleneck] / self.step_s
+        lines.append(f"bottleneck: {self.bottleneck} ({share:.1%} of the step)")
         mem = self.memory
         lines.append(f"memory per accelerator [GiB]: weights {mem.weights_bytes / gib:.2f}, "
                      f"gradients {mem.gradients_bytes / gib:.2f}, optimizer "
