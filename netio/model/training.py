@@ -48,7 +48,6 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 import numpy as np
-import numpy.typing as npt
 
 from netio.errors import ModelInputError
 from netio.model.collectives import Algorithm, Collective, best_time, paths
@@ -258,7 +257,7 @@ def evaluate(system: System, model: Model, lay: Layouts) -> StepArrays:
     # Expert parallel: dispatch and combine all-to-alls.
     if model.moe is not None:
         ep_paths = paths(system, ep, ranks_per_node(ep, t * cp, G))
-        routed = el * tok * model.moe.top_k * model.moe.capacity_factor * h / q_sp(sp, t)
+        routed = el * tok * model.moe.top_k * model.moe.capacity_factor * h / np.where(sp, t, 1.0)
         a2a, _ = best_time(Collective.ALL_TO_ALL, routed, ep_paths)
         ep_layer = (2 * 2 + np.where(rc == Recompute.FULL, 2, 0)) * a2a
     else:
@@ -348,10 +347,6 @@ def evaluate(system: System, model: Model, lay: Layouts) -> StepArrays:
         pp_comm_s=m * pp_mb, dp_comm_s=dp_exposed, bubble_s=bubble,
         model_flops=model_flops, hardware_flops=hardware_flops, mfu=mfu, hfu=hfu,
         memory=mem, infeasible=infeasible, tp_algorithm=tp_algo, dp_algorithm=dp_algo)
-
-
-def q_sp(sp: npt.NDArray[np.bool_], t: FloatArray) -> FloatArray:
-    return np.where(sp, t, 1.0)
 
 
 def _feasibility(system: System, model: Model, lay: Layouts, mem: MemoryArrays,
