@@ -94,3 +94,19 @@ def test_closed_pipe_exits_141_quietly() -> None:
     err = proc.stderr.read()
     assert proc.wait(timeout=60) == EXIT_BROKEN_PIPE
     assert err == b""
+
+
+def test_readme_examples_run(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every ``netio-model`` command in README's netio-model section runs and exits 0."""
+    import shlex
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme[readme.index("## netio-model"):]
+    commands = [line.split("#")[0].strip() for line in section.splitlines()
+                if line.startswith("netio-model ")]
+    assert len(commands) >= 3
+    for command in commands:
+        assert main(shlex.split(command)[1:]) == EXIT_OK, command
+    assert "bottleneck:" in capsys.readouterr().out
+    code = section[section.index("```python") + len("```python"):]
+    exec(code[:code.index("```")], {})  # the library example
