@@ -208,3 +208,34 @@ def test_fused_attention_runs_at_its_own_efficiency() -> None:
     unfused = ex(pipeline_parallel=1, data_parallel=8, global_batch_size=64,
                  attention="unfused", recompute="selective")
     assert train(system, model, unfused).step_s == train(slow, model, unfused).step_s
+
+
+def test_any_layout_on_any_preset_gives_a_finite_step() -> None:
+    # Wide random layouts, valid or not, on every GPU system and model preset: no floating
+    # point error, a finite positive step, and a reason code for every element.
+    from netio.model import load_execution, preset_names
+
+    rng = np.random.default_rng(3)
+    n = 400
+    base = Layouts.from_execution(load_execution("llama3-70b-64gpu"))
+    pp = rng.choice([1, 2, 3, 4, 8, 16, 64, 128], n)
+    lay = dataclasses.replace(base, **{k: np.asarray(v) for k, v in dict(
+        tensor_parallel=rng.choice([1, 2, 3, 4, 8, 16, 32], n), pipeline_parallel=pp,
+        interleave=np.where(pp > 1, rng.choice([1, 2, 3, 5], n), 1),
+        data_parallel=rng.choice([1, 2, 3, 4, 8, 64, 512], n),
+        expert_parallel=rng.choice([1, 2, 4, 8], n),
+        context_parallel=rng.choice([1, 2, 4, 16], n),
+        sequence_parallel=rng.integers(0, 2, n).astype(bool), zero_stage=rng.integers(0, 4, n),
+        micro_batch_size=rng.choice([1, 2, 4, 16], n),
+        global_batch_size=rng.choice([1, 7, 64, 1024, 4096], n),
+        recompute=rng.integers(0, 3, n), attention=rng.integers(0, 2, n),
+        overlap_grad_reduce=rng.integers(0, 2, n).astype(bool)).items()})
+    for system_name in preset_names("system"):
+        system = load_system(system_name)
+        if system.weight_streaming is not None:
+            continue
+        for model_name in preset_names("model"):
+            with np.errstate(all="raise"):
+                r = evaluate(system, load_model(model_name), lay)
+            assert np.all(np.isfinite(r.step_s) & (r.step_s > 0)), (system_name, model_name)
+            assert set(np.unique(r.infeasible)) <= {int(x) for x in Infeasible}
