@@ -44,6 +44,7 @@ Adam reads and writes fp32 weights, moments and gradients.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -404,6 +405,25 @@ class TrainResult:
     memory: MemoryReport
     recompute_s: float
     collectives: dict[str, str] = field(default_factory=dict)
+    execution: Execution | None = None
+
+    @property
+    def layout(self) -> str:
+        """``TP 8 x PP 8 (3 chunks) x DP 1`` and the options that shape the step."""
+        ex = self.execution
+        if ex is None:
+            return ""
+        parts = [f"TP {ex.tensor_parallel}", f"PP {ex.pipeline_parallel}"
+                 + (f" ({ex.interleave} chunks)" if ex.interleave > 1 else ""),
+                 f"DP {ex.data_parallel}"]
+        parts += [f"{k} {v}" for k, v in (("CP", ex.context_parallel),
+                                          ("EP", ex.expert_parallel)) if v > 1]
+        opts = [f"micro-batch {ex.micro_batch_size}", f"batch {ex.global_batch_size}",
+                f"recompute {ex.recompute.name.lower()}", f"ZeRO {ex.zero_stage}",
+                f"{ex.attention.name.lower()} attention", ex.compute_dtype]
+        if ex.sequence_parallel:
+            opts.insert(0, "sequence parallel")
+        return " x ".join(parts) + "; " + ", ".join(opts)
 
     def to_json_dict(self) -> dict[str, object]:
         mem = self.memory
@@ -420,11 +440,16 @@ class TrainResult:
                 "optimizer": mem.optimizer_bytes, "activations": mem.activations_bytes,
                 "total": mem.total_bytes, "capacity": mem.capacity_bytes},
             "collective_algorithms": dict(self.collectives),
+            "execution": None if self.execution is None else {
+                f.name: (getattr(self.execution, f.name).name.lower()
+                         if f.name in ("recompute", "attention")
+                         else getattr(self.execution, f.name))
+                for f in dataclasses.fields(self.execution)},
         }
 
     def to_text(self) -> str:
         gib = float(1 << 30)
-        lines = [f"{self.model} on {self.accelerators} x {self.system}",
+        lines = [f"{self.model} on {self.accelerators} x {self.system}", self.layout,
                  f"step {self.step_s:.4g} s   MFU {self.mfu:.1%}   HFU {self.hfu:.1%}   "
                  f"{self.tokens_per_s:,.0f} tokens/s   {self.microbatches:g} micro-batches",
                  "" if self.feasible else f"INFEASIBLE: {self.infeasible_reason}",
@@ -512,4 +537,4 @@ def train(system: System, model: Model, execution: Execution) -> TrainResult:
         system.name, model.name, execution.accelerators, code == 0,
         _reason(code, report, model, execution), f(r.step_s), breakdown, bottleneck,
         f(r.mfu), f(r.hfu), f(r.model_flops), tokens / f(r.step_s),
-        float(microbatches(lay)[0]), report, f(r.recompute_s), collectives)
+        float(microbatches(lay)[0]), report, f(r.recompute_s), collectives, execution)
