@@ -23,7 +23,10 @@ Communication, exposed unless said otherwise:
 
 * tensor parallel: two all-reduces of the layer's ``T h`` activations forward and two
   backward, or with sequence parallelism two all-gathers and two reduce-scatters each
-  way plus the two all-gathers redone in backward (Korthikanti et al. section 4.2.2).
+  way plus the two all-gathers redone in backward (Korthikanti et al. section 4.2.2);
+  with ``overlap_tp_comm`` (sequence parallelism only) hidden behind the layer's GEMMs
+  of the same direction where they are shorter: an upper bound on the gain, since the
+  SMs the communication kernels occupy are not charged to the GEMMs.
 * context parallel: the ring exchange of K and V, hidden behind the attention compute
   of the same step where it is shorter.
 * expert parallel: an all-to-all to dispatch and one to combine the routed tokens,
@@ -244,6 +247,11 @@ def evaluate(system: System, model: Model, lay: Layouts) -> StepArrays:
     rs, _ = best_time(Collective.REDUCE_SCATTER, act_bytes, tp_paths)
     tp_fwd = np.where(sp, 2 * (ag + rs), 2 * ar)
     tp_bwd = np.where(sp, 2 * (ag + rs) + 2 * ag, 2 * ar)
+    # With --tp-comm-overlap (sequence parallel only) the gathers and reduce-scatters run
+    # in chunks under the GEMMs that consume and produce them: only the excess shows.
+    hide = sp & lay.overlap_tp_comm
+    tp_fwd = np.where(hide, np.maximum(tp_fwd - ops["gemm"], 0.0), tp_fwd)
+    tp_bwd = np.where(hide, np.maximum(tp_bwd - 2 * ops["gemm"], 0.0), tp_bwd)
     tp_layer = tp_fwd + tp_bwd + np.where(rc == Recompute.FULL, tp_fwd, 0.0)
 
     # Context parallel: ring exchange of K and V, overlapped with the attention core.

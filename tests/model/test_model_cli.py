@@ -24,6 +24,7 @@ INFEASIBLE = {
     "expert_parallel": 1, "context_parallel": 1, "sequence_parallel": False, "zero_stage": 0,
     "micro_batch_size": 1, "global_batch_size": 8, "recompute": "none", "attention": "flash",
     "compute_dtype": "bf16", "grad_reduce_dtype": "fp32", "overlap_grad_reduce": False,
+    "overlap_tp_comm": False,
 }
 
 
