@@ -54,6 +54,7 @@ def _layouts(n: int, base: Layouts) -> Layouts:
         "global_batch_size": dp * mb * rng.choice([8, 16, 32], n),
         "recompute": rng.integers(0, 3, n), "attention": rng.integers(0, 2, n),
         "overlap_grad_reduce": rng.integers(0, 2, n).astype(bool),
+        "overlap_tp_comm": rng.integers(0, 2, n).astype(bool),
     }
     return dataclasses.replace(base, **{k: np.asarray(v) for k, v in fields.items()})
 

@@ -38,6 +38,7 @@ class Layouts:
     recompute: IntArray  # Recompute values
     attention: IntArray  # Attention values
     overlap_grad_reduce: BoolArray
+    overlap_tp_comm: BoolArray
     compute_dtype: str
     grad_reduce_dtype: str
 
@@ -53,7 +54,8 @@ class Layouts:
                    i(ex.data_parallel), i(ex.expert_parallel), i(ex.context_parallel),
                    b(ex.sequence_parallel), i(ex.zero_stage), i(ex.micro_batch_size),
                    i(ex.global_batch_size), i(int(ex.recompute)), i(int(ex.attention)),
-                   b(ex.overlap_grad_reduce), ex.compute_dtype, ex.grad_reduce_dtype)
+                   b(ex.overlap_grad_reduce), b(ex.overlap_tp_comm), ex.compute_dtype,
+                   ex.grad_reduce_dtype)
 
     def __len__(self) -> int:
         return int(self.tensor_parallel.size)

@@ -47,7 +47,10 @@ Execution
     1 is Megatron's distributed optimizer), ``micro_batch_size``, ``global_batch_size``,
     ``recompute`` (``none``, ``selective``, ``full``), ``attention`` (``unfused``: the
     score matrix is materialised, as in Megatron before FlashAttention; ``flash``),
-    ``compute_dtype``, ``grad_reduce_dtype``, ``overlap_grad_reduce``.
+    ``compute_dtype``, ``grad_reduce_dtype``, ``overlap_grad_reduce`` (data-parallel
+    reduction behind the last backward), ``overlap_tp_comm`` (with sequence parallelism,
+    the tensor-parallel all-gathers and reduce-scatters pipelined with the GEMMs that
+    consume and produce them, as Megatron's ``--tp-comm-overlap``).
 """
 
 from __future__ import annotations
@@ -219,6 +222,7 @@ class Execution:
     compute_dtype: str
     grad_reduce_dtype: str
     overlap_grad_reduce: bool
+    overlap_tp_comm: bool
 
     @property
     def accelerators(self) -> int:
@@ -452,7 +456,7 @@ def execution_from_dict(data: Mapping[str, Any], path: str = "<execution>") -> E
         Recompute[r.str_("recompute", [x.name.lower() for x in Recompute]).upper()],
         Attention[r.str_("attention", [x.name.lower() for x in Attention]).upper()],
         r.str_("compute_dtype", list(DTYPE_BYTES)), r.str_("grad_reduce_dtype", list(DTYPE_BYTES)),
-        r.bool_("overlap_grad_reduce"))
+        r.bool_("overlap_grad_reduce"), r.bool_("overlap_tp_comm"))
     r.done()
     if ex.zero_stage > 3:
         raise r.fail("zero_stage", f"must be 0, 1, 2 or 3, not {ex.zero_stage}")

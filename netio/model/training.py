@@ -23,7 +23,10 @@ Communication, exposed unless said otherwise:
 
 * tensor parallel: two all-reduces of the layer's ``T h`` activations forward and two
   backward, or with sequence parallelism two all-gathers and two reduce-scatters each
-  way plus the two all-gathers redone in backward (Korthikanti et al. section 4.2.2).
+  way plus the two all-gathers redone in backward (Korthikanti et al. section 4.2.2);
+  with ``overlap_tp_comm`` (sequence parallelism only) hidden behind the layer's GEMMs
+  of the same direction where they are shorter: an upper bound on the gain, since the
+  SMs the communication kernels occupy are not charged to the GEMMs.
 * context parallel: the ring exchange of K and V, hidden behind the attention compute
   of the same step where it is shorter.
 * expert parallel: an all-to-all to dispatch and one to combine the routed tokens,
@@ -44,6 +47,7 @@ Adam reads and writes fp32 weights, moments and gradients.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -243,6 +247,11 @@ def evaluate(system: System, model: Model, lay: Layouts) -> StepArrays:
     rs, _ = best_time(Collective.REDUCE_SCATTER, act_bytes, tp_paths)
     tp_fwd = np.where(sp, 2 * (ag + rs), 2 * ar)
     tp_bwd = np.where(sp, 2 * (ag + rs) + 2 * ag, 2 * ar)
+    # With --tp-comm-overlap (sequence parallel only) the gathers and reduce-scatters run
+    # in chunks under the GEMMs that consume and produce them: only the excess shows.
+    hide = sp & lay.overlap_tp_comm
+    tp_fwd = np.where(hide, np.maximum(tp_fwd - ops["gemm"], 0.0), tp_fwd)
+    tp_bwd = np.where(hide, np.maximum(tp_bwd - 2 * ops["gemm"], 0.0), tp_bwd)
     tp_layer = tp_fwd + tp_bwd + np.where(rc == Recompute.FULL, tp_fwd, 0.0)
 
     # Context parallel: ring exchange of K and V, overlapped with the attention core.
@@ -404,6 +413,25 @@ class TrainResult:
     memory: MemoryReport
     recompute_s: float
     collectives: dict[str, str] = field(default_factory=dict)
+    execution: Execution | None = None
+
+    @property
+    def layout(self) -> str:
+        """``TP 8 x PP 8 (3 chunks) x DP 1`` and the options that shape the step."""
+        ex = self.execution
+        if ex is None:
+            return ""
+        parts = [f"TP {ex.tensor_parallel}", f"PP {ex.pipeline_parallel}"
+                 + (f" ({ex.interleave} chunks)" if ex.interleave > 1 else ""),
+                 f"DP {ex.data_parallel}"]
+        parts += [f"{k} {v}" for k, v in (("CP", ex.context_parallel),
+                                          ("EP", ex.expert_parallel)) if v > 1]
+        opts = [f"micro-batch {ex.micro_batch_size}", f"batch {ex.global_batch_size}",
+                f"recompute {ex.recompute.name.lower()}", f"ZeRO {ex.zero_stage}",
+                f"{ex.attention.name.lower()} attention", ex.compute_dtype]
+        if ex.sequence_parallel:
+            opts.insert(0, "sequence parallel")
+        return " x ".join(parts) + "; " + ", ".join(opts)
 
     def to_json_dict(self) -> dict[str, object]:
         mem = self.memory
@@ -420,11 +448,16 @@ class TrainResult:
                 "optimizer": mem.optimizer_bytes, "activations": mem.activations_bytes,
                 "total": mem.total_bytes, "capacity": mem.capacity_bytes},
             "collective_algorithms": dict(self.collectives),
+            "execution": None if self.execution is None else {
+                f.name: (getattr(self.execution, f.name).name.lower()
+                         if f.name in ("recompute", "attention")
+                         else getattr(self.execution, f.name))
+                for f in dataclasses.fields(self.execution)},
         }
 
     def to_text(self) -> str:
         gib = float(1 << 30)
-        lines = [f"{self.model} on {self.accelerators} x {self.system}",
+        lines = [f"{self.model} on {self.accelerators} x {self.system}", self.layout,
                  f"step {self.step_s:.4g} s   MFU {self.mfu:.1%}   HFU {self.hfu:.1%}   "
                  f"{self.tokens_per_s:,.0f} tokens/s   {self.microbatches:g} micro-batches",
                  "" if self.feasible else f"INFEASIBLE: {self.infeasible_reason}",
@@ -512,4 +545,4 @@ def train(system: System, model: Model, execution: Execution) -> TrainResult:
         system.name, model.name, execution.accelerators, code == 0,
         _reason(code, report, model, execution), f(r.step_s), breakdown, bottleneck,
         f(r.mfu), f(r.hfu), f(r.model_flops), tokens / f(r.step_s),
-        float(microbatches(lay)[0]), report, f(r.recompute_s), collectives)
+        float(microbatches(lay)[0]), report, f(r.recompute_s), collectives, execution)

@@ -24,6 +24,7 @@ INFEASIBLE = {
     "expert_parallel": 1, "context_parallel": 1, "sequence_parallel": False, "zero_stage": 0,
     "micro_batch_size": 1, "global_batch_size": 8, "recompute": "none", "attention": "flash",
     "compute_dtype": "bf16", "grad_reduce_dtype": "fp32", "overlap_grad_reduce": False,
+    "overlap_tp_comm": False,
 }
 
 
@@ -32,12 +33,14 @@ def test_train_text_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(args) == EXIT_OK
     text = capsys.readouterr().out
     assert "bottleneck:" in text and "memory per accelerator [GiB]" in text
+    assert "TP 8 x PP 8 (3 chunks) x DP 1; sequence parallel" in text
     plot = tmp_path / "step.png"
     assert main([*args, "--json", "--plot", str(plot)]) == EXIT_OK
     doc = json.loads(capsys.readouterr().out)
     assert doc["feasible"] is True and doc["step_s"] > 0
     assert set(doc["breakdown_s"]) >= {"compute", "tp_communication", "bubble"}
     assert doc["memory_per_accelerator_bytes"]["capacity"] == 80 * 2**30
+    assert doc["execution"]["interleave"] == 3 and doc["execution"]["recompute"] == "selective"
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -31,7 +31,7 @@ EXECUTION = dict(
     tensor_parallel=8, pipeline_parallel=2, interleave=1, data_parallel=2, expert_parallel=1,
     context_parallel=1, sequence_parallel=True, zero_stage=1, micro_batch_size=1,
     global_batch_size=16, recompute="selective", attention="flash", compute_dtype="bf16",
-    grad_reduce_dtype="fp32", overlap_grad_reduce=True)
+    grad_reduce_dtype="fp32", overlap_grad_reduce=True, overlap_tp_comm=False)
 
 
 def test_execution_from_toml_and_json(tmp_path: Path) -> None:

@@ -23,7 +23,8 @@ def ex(**kw: Any) -> Execution:
         tensor_parallel=8, pipeline_parallel=4, interleave=1, data_parallel=2,
         expert_parallel=1, context_parallel=1, sequence_parallel=True, zero_stage=1,
         micro_batch_size=1, global_batch_size=32, recompute="selective", attention="flash",
-        compute_dtype="bf16", grad_reduce_dtype="fp32", overlap_grad_reduce=True)
+        compute_dtype="bf16", grad_reduce_dtype="fp32", overlap_grad_reduce=True,
+        overlap_tp_comm=False)
     base.update(kw)
     return execution_from_dict(base)
 
@@ -126,7 +127,8 @@ def _grid(n: int, seed: int) -> tuple[Layouts, list[Execution]]:
               recompute=str(rng.choice(["none", "selective", "full"])),
               attention=str(rng.choice(["flash", "unfused"])),
               sequence_parallel=bool(rng.integers(0, 2)),
-              overlap_grad_reduce=bool(rng.integers(0, 2))) for _ in range(n)]
+              overlap_grad_reduce=bool(rng.integers(0, 2)),
+              overlap_tp_comm=bool(rng.integers(0, 2))) for _ in range(n)]
     singles = [Layouts.from_execution(e) for e in exs]
     stacked = Layouts(*[np.concatenate([getattr(s, f.name) for s in singles])
                         if f.name not in ("compute_dtype", "grad_reduce_dtype")
@@ -229,7 +231,8 @@ def test_any_layout_on_any_preset_gives_a_finite_step() -> None:
         micro_batch_size=rng.choice([1, 2, 4, 16], n),
         global_batch_size=rng.choice([1, 7, 64, 1024, 4096], n),
         recompute=rng.integers(0, 3, n), attention=rng.integers(0, 2, n),
-        overlap_grad_reduce=rng.integers(0, 2, n).astype(bool)).items()})
+        overlap_grad_reduce=rng.integers(0, 2, n).astype(bool),
+        overlap_tp_comm=rng.integers(0, 2, n).astype(bool)).items()})
     for system_name in preset_names("system"):
         system = load_system(system_name)
         if system.weight_streaming is not None:
@@ -239,3 +242,17 @@ def test_any_layout_on_any_preset_gives_a_finite_step() -> None:
                 r = evaluate(system, load_model(model_name), lay)
             assert np.all(np.isfinite(r.step_s) & (r.step_s > 0)), (system_name, model_name)
             assert set(np.unique(r.infeasible)) <= {int(x) for x in Infeasible}
+
+
+def test_tp_comm_overlap_hides_sequence_parallel_collectives_behind_gemms() -> None:
+    system, model = load_system("dgx-h100"), load_model("llama3-70b")
+    kw = dict(pipeline_parallel=4, global_batch_size=64)
+    plain = train(system, model, ex(**kw))
+    hidden = train(system, model, ex(overlap_tp_comm=True, **kw))
+    assert hidden.breakdown_s["tp_communication"] < plain.breakdown_s["tp_communication"]
+    assert hidden.step_s < plain.step_s
+    assert hidden.breakdown_s["compute"] == plain.breakdown_s["compute"]
+    # Megatron overlaps only the sequence-parallel gathers and reduce-scatters.
+    no_sp = dict(sequence_parallel=False, **kw)
+    assert train(system, model, ex(overlap_tp_comm=True, **no_sp)).step_s \
+        == train(system, model, ex(**no_sp)).step_s

@@ -23,7 +23,8 @@ def _execution(**kw: Any) -> Any:
         tensor_parallel=8, pipeline_parallel=1, interleave=1, data_parallel=1,
         expert_parallel=1, context_parallel=1, sequence_parallel=False, zero_stage=0,
         micro_batch_size=1, global_batch_size=1, recompute="full", attention="unfused",
-        compute_dtype="fp16", grad_reduce_dtype="fp16", overlap_grad_reduce=False)
+        compute_dtype="fp16", grad_reduce_dtype="fp16", overlap_grad_reduce=False,
+        overlap_tp_comm=False)
     base.update(kw)
     return execution_from_dict(base)
 
