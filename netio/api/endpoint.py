@@ -17,9 +17,9 @@ import itertools
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, cast
 
-from netio.api.handles import Pending
+from netio.api.handles import Pending, Runner
 from netio.api.region import LocalSlice, Region, RemoteRegion, RemoteSlice
 from netio.api.types import Completion, QpType, WcOpcode, WcStatus, WrOpcode
 from netio.backends.base import (
@@ -44,9 +44,6 @@ from netio.errors import (
     RetryExceeded,
     RnrRetryExceeded,
 )
-
-if TYPE_CHECKING:
-    from netio.api.context import Context
 
 LocalArg = LocalSlice | Region | Sequence[LocalSlice | Region]
 RemoteArg = RemoteSlice | RemoteRegion | tuple[bytes, int, int]
@@ -182,13 +179,22 @@ class _Batch:
     left: int = 0
 
 
+class EndpointOwner(Protocol):
+    """What an endpoint needs of the context that made it."""
+
+    @property
+    def runner(self) -> Runner: ...
+
+    def endpoint_closed(self, ep: Endpoint) -> None: ...
+
+
 class Endpoint:
     """A reliable connection to one peer. Operations return handles: ``await`` them,
     ``.wait()`` for them, or post many at once with :meth:`post`."""
 
     _ids = itertools.count(1)
 
-    def __init__(self, context: Context, qp: BackendQp, path: Path,
+    def __init__(self, context: EndpointOwner, qp: BackendQp, path: Path,
                  qp_type: QpType = QpType.RC) -> None:
         self.context = context
         self._qp_type = qp_type
@@ -199,6 +205,8 @@ class Endpoint:
         self._closed = False
         self.peer_closed = False
         self.completed = 0
+        # watches the exchange connection of a RoCE endpoint for the peer leaving
+        self.watch_task: asyncio.Task[None] | None = None
 
     # -- single operations -----------------------------------------------------------
 
@@ -284,7 +292,8 @@ class Endpoint:
                 r = op.request
                 segments = tuple(s.segment() for s in r.local)
                 for s in r.local:
-                    if s.region.context is not self.context or not s.region.registered:
+                    if s.region.context is not cast(object, self.context) or (
+                            not s.region.registered):
                         raise IoError("a local buffer is not a registered region of this "
                                       "endpoint's context")
                 if r.opcode is None:
@@ -474,6 +483,8 @@ class Endpoint:
         if self._closed:
             return
         self._closed = True
+        if self.watch_task is not None:
+            self.watch_task.cancel()
         with contextlib.suppress(Exception):  # closing must not fail or hang
             await asyncio.wait_for(self._qp.close(), _CLOSE_S)
         self.progress()

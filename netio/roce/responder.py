@@ -19,10 +19,10 @@ from __future__ import annotations
 import ipaddress
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from netio.api.types import Access
 from netio.roce.memory import MemoryRegion, RemoteAccessError, scatter
+from netio.roce.ports import QpPort
 from netio.roce.psn import psn_add, psn_diff, psn_in_range
 from netio.roce.verbs import (
     ATOMIC_OPERAND_BYTES,
@@ -38,9 +38,6 @@ from netio.wire.bth import Bth, Opcode, Operation, Position, Transport
 from netio.wire.ext import Aeth, AtomicAckEth, NakCode
 from netio.wire.ip import Ecn, IpProto, Ipv4, Ipv6
 from netio.wire.packet import RoceHeaders
-
-if TYPE_CHECKING:
-    from netio.roce.qp import QueuePair
 
 GRH_BYTES = 40  # verbs puts a GRH (or, for RoCEv2 over IPv4, 20 bytes + the IPv4 header) first
 _U64 = (1 << 64) - 1
@@ -92,7 +89,7 @@ class _AtomicResource:
 class Responder:
     """Receive-side state of one QP (rxe ``qp->resp``)."""
 
-    def __init__(self, qp: QueuePair) -> None:
+    def __init__(self, qp: QpPort) -> None:
         self.qp = qp
         self.resources: deque[_ReadResource | _AtomicResource] = deque()
         self.reset(0)
@@ -547,7 +544,7 @@ class Responder:
                             WcOpcode.RECV, deth.src_qp, WcFlags.GRH)
 
 
-def _grh_bytes(src_ip: IpAddress, qp: QueuePair, payload_bytes: int) -> bytes:
+def _grh_bytes(src_ip: IpAddress, qp: QpPort, payload_bytes: int) -> bytes:
     """The 40 bytes verbs places before UD data: for IPv4, 20 zero bytes and the IPv4
     header (as rxe does); for IPv6, the IPv6 header."""
     local = qp.engine.local_ip

@@ -258,3 +258,46 @@ def test_close_from_another_thread_and_at_exit() -> None:
     assert out.returncode == 0, out.stderr
     assert "exiting" in out.stdout and "Traceback" not in out.stderr
     assert time.monotonic() - t0 < 15
+
+
+_SIGNAL_SCRIPT = textwrap.dedent("""
+    import asyncio, signal, sys, netio
+    mode = sys.argv[1]
+    if mode == "sync":
+        ctx = netio.open("tcp")
+        signal.signal(signal.SIGTERM, lambda *_: ctx.close())
+        lst = ctx.listen("127.0.0.1:0").wait(5)
+        print("ready", flush=True)
+        try:
+            lst.accept().wait(60)
+        except netio.ClosedError as exc:
+            print("closed:", exc, flush=True)
+    else:
+        async def main():
+            async with netio.open("tcp") as ctx:
+                asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, ctx.close)
+                lst = await ctx.listen("127.0.0.1:0")
+                print("ready", flush=True)
+                try:
+                    await lst.accept()
+                except netio.ClosedError as exc:
+                    print("closed:", exc, flush=True)
+        asyncio.run(main())
+""")
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_close_from_a_signal_handler(mode: str) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", _SIGNAL_SCRIPT, mode], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(15)
+        out, err = proc.communicate(timeout=20)
+        assert proc.returncode == 0, err
+        assert out.startswith("closed: ")  # ClosedError, whether it was waiting yet or not
+        assert "Traceback" not in err
+    finally:
+        proc.kill()
+        proc.wait()
