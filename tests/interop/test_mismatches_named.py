@@ -1,4 +1,5 @@
-"""A path-MTU mismatch between two ``netio pingpong`` processes is named (issue 8).
+"""Failed completions are explained in the tools' error lines (issue 8): a path-MTU
+mismatch between two ``netio pingpong`` processes, and a refused access in perftest.
 
 The pingpong exchange carries no MTU, so each side uses its own ``-m``. IBTA vol 1
 §9.7.4.1.6 (C9-46): a first or middle packet carries exactly the path MTU of
@@ -13,6 +14,8 @@ with one line each, instead of a bare ``WR_FLUSH_ERR (5)``.
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
 import random
 import socket
 import subprocess
@@ -20,6 +23,17 @@ import sys
 import time
 
 import pytest
+
+import netio
+from netio.backends.base import QpAddress, Transport
+from netio.errors import ExchangeError
+from netio.interop.perftest import (
+    PerftestConfig,
+    PerftestKeys,
+    PerftestListener,
+    PerftestVerb,
+    run_perftest,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -67,3 +81,53 @@ def test_pingpong_mtu_mismatch_is_named_on_both_sides(client_mtu: int, size: int
         "netio pingpong: pingpong: failed status REM_INV_REQ_ERR (9) for wr_id 2")
     assert (f"both sides must use the same -s and -m (here -s {size}, -m {client_mtu})"
             in client_err)
+
+
+def test_perftest_error_line_carries_the_endpoint_hint() -> None:
+    """A perftest server that announces a wrong rkey (every other key right): netio's
+    WRITE client gets the responder's remote access NAK (``IBV_WC_REM_ACCESS_ERR`` = 10)
+    and its error line names the rkey and range it was refused, not only the status."""
+    net = random.SystemRandom().randrange(1 << 16)
+    server_ip = f"127.{net >> 8}.{net & 0xFF}.1"
+    client_ip = ipaddress.IPv4Address(f"127.{net >> 8}.{net & 0xFF}.2")
+
+    async def lying_server(listener: PerftestListener) -> None:
+        channel = await listener.accept(10.0)
+        await listener.close()
+        await channel.exchange_versions()
+        await channel.exchange_sys_data()
+        mtu = await channel.exchange_mtu(1024)
+        async with netio.open("soft", local_addr=server_ip, mtu=mtu) as ctx:
+            region = ctx.register(bytearray(8192))
+            ep = await ctx.endpoint("rc", peer=server_ip)
+            a = ep.address
+            keys = PerftestKeys(0, 1, a.qpn, a.psn, region.rkey ^ 0x5A5A, region.addr,
+                                ipaddress.IPv6Address(a.gid))
+            theirs = await channel.hand_shake(keys)
+            await ep.connect_to(QpAddress(Transport.ROCE, f"::ffff:{client_ip}", theirs.qpn,
+                                          theirs.psn, mtu), mtu_bytes=mtu)
+            for _ in range(2):
+                await channel.hand_shake(keys)
+            await asyncio.sleep(5)  # the client fails meanwhile
+            channel.abort()
+
+    async def main() -> ExchangeError:
+        listener = PerftestListener(10.0)
+        await listener.listen(server_ip, 0)
+        server = asyncio.ensure_future(lying_server(listener))
+        try:
+            with pytest.raises(ExchangeError) as raised:
+                await run_perftest(PerftestConfig(
+                    verb=PerftestVerb.WRITE, server=server_ip, port=listener.port,
+                    local_ip=client_ip, size_bytes=1000, iters=10, mtu_bytes=1024,
+                    timeout_s=10.0))
+        finally:
+            server.cancel()
+            await asyncio.gather(server, return_exceptions=True)
+        return raised.value
+
+    error = asyncio.run(main())
+    text = str(error)
+    assert text.startswith("perftest: completion with error REM_ACCESS_ERR (10) after 0 "
+                           "operations: the peer refused rkey "), text
+    assert "1000 bytes of a 4096-byte region" in text and "\n" not in text
