@@ -1,5 +1,6 @@
-"""How the tool commands (``netio pingpong``, ``netio perftest``) open their netio
-context: which backend, and the options each backend takes.
+"""How the tool commands (``netio pingpong``, ``netio perftest``) use the IO API: the
+context they open (which backend, and the options each backend takes), the data
+connection of ``--backend tcp``, and what they do with handles left at the end.
 
 The tools' peers are RoCE devices (the kernel's rxe, a NIC) or another netio:
 ``soft`` (netio's engine on UDP) and ``verbs`` (rdma-core) speak RoCEv2 to both;
@@ -9,13 +10,19 @@ The tools' peers are RoCE devices (the kernel's rxe, a NIC) or another netio:
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ipaddress
+from collections.abc import Iterable
 from typing import Any
 
 import netio
 from netio.api.context import Context
+from netio.api.endpoint import Endpoint
+from netio.api.handles import Pending
 from netio.backends.soft import RxMode
-from netio.errors import ExchangeError
+from netio.errors import ExchangeError, IoError
+from netio.interop import oob
 from netio.roce import LinkFaults
 
 #: The backends the tool commands run over (``--backend``).
@@ -56,4 +63,37 @@ def gid_text(gid: ipaddress.IPv6Address) -> str:
     return f"::ffff:{mapped}" if mapped is not None else str(gid)
 
 
-__all__ = ["TOOL_BACKENDS", "check_backend", "gid_text", "open_context", "tcp_peer_error"]
+def discard(pendings: Iterable[Pending[Any]]) -> None:
+    """Stop waiting for operations still posted at the end of a run (closing flushes
+    them; nobody is to hear about it), and take the outcome of finished ones."""
+    for pending in pendings:
+        if pending.done():
+            with contextlib.suppress(Exception):
+                pending.result()
+        else:
+            pending.cancel()
+
+
+def counters_text(counters: dict[str, int]) -> str:
+    """The non-zero counters, ``name=value`` (what a stalled run's error shows)."""
+    return ", ".join(f"{k}={v}" for k, v in counters.items() if v) or "all counters 0"
+
+
+async def tcp_data_connect(ctx: Context, host: str, port: int, timeout_s: float,
+                           step: str) -> Endpoint:
+    """``--backend tcp``: the data connection (netio's own exchange, on the tool's port
+    once the tool's exchange is over), retried until ``timeout_s``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        try:
+            return await ctx.connect(f"{host}:{port}",
+                                     timeout_s=max(deadline - loop.time(), 0.001))
+        except IoError as exc:
+            if loop.time() >= deadline:
+                raise ExchangeError(step, str(exc)) from None
+            await asyncio.sleep(oob.RETRY_INTERVAL_S)
+
+
+__all__ = ["TOOL_BACKENDS", "check_backend", "counters_text", "discard", "gid_text",
+           "open_context", "tcp_data_connect", "tcp_peer_error"]

@@ -45,7 +45,6 @@ from netio.backends.soft import RxMode
 from netio.errors import ExchangeError, OperationError
 from netio.interop import backend as tool_backend
 from netio.interop import oob
-from netio.interop.pingpong import counters_text, discard, tcp_data_connect
 from netio.roce import LinkFaults
 from netio.roce.verbs import MAX_MESSAGE_BYTES
 
@@ -476,8 +475,8 @@ class _PerftestRun:
             return await self._run(ctx, peer_version, cycle_buffer, cache_line, mtu,
                                    data_listener)
         finally:
-            discard([p for _, p in self.recvs])
-            discard([p for p, _ in self.inflight])
+            tool_backend.discard([p for _, p in self.recvs])
+            tool_backend.discard([p for p, _ in self.inflight])
             if data_listener is not None:
                 await data_listener.aclose()
             await ctx.aclose()
@@ -523,8 +522,8 @@ class _PerftestRun:
             if data_listener is not None:
                 self.ep = await data_listener.accept(cfg.timeout_s)
             elif cfg.server is not None:
-                self.ep = await tcp_data_connect(ctx, cfg.server, cfg.port, cfg.timeout_s,
-                                                 "perftest tcp connect")
+                self.ep = await tool_backend.tcp_data_connect(
+                    ctx, cfg.server, cfg.port, cfg.timeout_s, "perftest tcp connect")
         else:
             if cfg.backend == "soft":
                 _ipv4_of(theirs.gid)
@@ -570,7 +569,7 @@ class _PerftestRun:
     def _stalled(self, what: str, done: int) -> ExchangeError:
         return ExchangeError(
             "perftest", f"no completion for {self.config.timeout_s:g} s after {done} {what} "
-            f"({counters_text(self._endpoint().counters())})")
+            f"({tool_backend.counters_text(self._endpoint().counters())})")
 
     def _failed(self, exc: OperationError, what: str, done: int) -> ExchangeError:
         hint = f": {exc.hint}" if exc.hint else ""

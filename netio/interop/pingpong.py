@@ -23,14 +23,12 @@ client's ``--chk`` pattern, byte for byte.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import random
 import re
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from netio.api.context import Context, Listener
 from netio.api.endpoint import Endpoint
@@ -39,7 +37,7 @@ from netio.api.region import LocalSlice
 from netio.api.types import Access, Completion, QpType
 from netio.backends.base import QpAddress, Transport, UdDest
 from netio.backends.soft import RxMode
-from netio.errors import ExchangeError, FlushedError, IoError, OperationError
+from netio.errors import ExchangeError, FlushedError, OperationError
 from netio.interop import backend as tool_backend
 from netio.interop import oob
 from netio.roce import LinkFaults
@@ -291,22 +289,6 @@ def _gid_ipv4(gid: ipaddress.IPv6Address, step: str) -> ipaddress.IPv4Address:
     return mapped
 
 
-def discard(pendings: Iterable[Pending[Any]]) -> None:
-    """Stop waiting for operations still posted at the end of a run (closing flushes
-    them; nobody is to hear about it), and take the outcome of finished ones."""
-    for pending in pendings:
-        if pending.done():
-            with contextlib.suppress(Exception):
-                pending.result()
-        else:
-            pending.cancel()
-
-
-def counters_text(counters: dict[str, int]) -> str:
-    """The non-zero counters, ``name=value`` (what a stalled run's error shows)."""
-    return ", ".join(f"{k}={v}" for k, v in counters.items() if v) or "all counters 0"
-
-
 async def run_pingpong(config: PingpongConfig, *,
                        listener: PingpongListener | None = None,
                        on_address: Callable[[str, PingpongAddress], None] | None = None,
@@ -356,22 +338,6 @@ async def run_pingpong(config: PingpongConfig, *,
         await ctx.aclose()
 
 
-async def tcp_data_connect(ctx: Context, host: str, port: int, timeout_s: float,
-                           step: str) -> Endpoint:
-    """``--backend tcp``: the data connection (netio's own exchange, on the tool's port
-    once the tool's exchange is over), retried until ``timeout_s``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
-        try:
-            return await ctx.connect(f"{host}:{port}",
-                                     timeout_s=max(deadline - loop.time(), 0.001))
-        except IoError as exc:
-            if loop.time() >= deadline:
-                raise ExchangeError(step, str(exc)) from None
-            await asyncio.sleep(oob.RETRY_INTERVAL_S)
-
-
 class _Pingpong:
     """One run on an open context: the exchange, then the test loop."""
 
@@ -419,7 +385,7 @@ class _Pingpong:
             return await self._exchange_and_loop(conn, mine, data_listener, on_address,
                                                  on_waiting)
         finally:
-            discard([*self.recvs, *([self.send] if self.send else [])])
+            tool_backend.discard([*self.recvs, *([self.send] if self.send else [])])
             if data_listener is not None:
                 await data_listener.aclose()
 
@@ -473,8 +439,8 @@ class _Pingpong:
         if data_listener is not None:
             self.ep = await data_listener.accept(cfg.timeout_s)
         elif cfg.server is not None:
-            self.ep = await tcp_data_connect(self.ctx, cfg.server, cfg.port, cfg.timeout_s,
-                                             "pingpong tcp connect")
+            self.ep = await tool_backend.tcp_data_connect(
+                self.ctx, cfg.server, cfg.port, cfg.timeout_s, "pingpong tcp connect")
         self._post_receives(cfg.rx_depth)
 
     def _endpoint(self) -> Endpoint:
@@ -513,7 +479,8 @@ class _Pingpong:
                 "(as it does the tools)")
             raise ExchangeError(
                 "pingpong", f"no completion for {cfg.timeout_s:g} s after {scnt} sends and "
-                f"{rcnt} receives{hint} ({counters_text(self._endpoint().counters())})")
+                f"{rcnt} receives{hint} "
+                f"({tool_backend.counters_text(self._endpoint().counters())})")
         return [t.result() for t in tasks]
 
     def _failure(self, wr_id: int, exc: BaseException | None, scnt: int,
