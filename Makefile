@@ -22,11 +22,12 @@ $(STAMP): $(SOURCES)
 
 # netio-analyze exits 1 when it finds a PFC storm, which the demo scenario has.
 demo: $(STAMP)
+	$(PY) examples/write_into_numpy.py --backend soft
 	$(VENV)/bin/netio scenario --preset demo $(DEMO_DIR)
 	$(VENV)/bin/netio-analyze --plot $(DEMO_DIR)/plots $(DEMO_DIR)/*.pcap; test $$? -le 1
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check netio tests bench tools
+	$(VENV)/bin/ruff check netio tests bench tools examples
 	$(VENV)/bin/mypy --strict netio
 
 test: lint

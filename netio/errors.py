@@ -165,8 +165,8 @@ class ConnectFailed(IoError, ConnectionError):
     ``errno`` is the OS error where there was one."""
 
     def __init__(self, message: str, *, errno_value: int = 0, hint: str = "") -> None:
-        self.errno = errno_value
         super().__init__(message, hint=hint)
+        self.errno = errno_value  # after OSError's __init__, which resets it
 
 
 class ExchangeMismatch(IoError):
@@ -242,6 +242,27 @@ class LocalError(OperationError):
 class FlushedError(OperationError):
     """WR_FLUSH_ERR: the request was flushed because the endpoint entered the error
     state or was closed before it finished."""
+
+
+class ModelInputError(NetioError, ValueError):
+    """A netio-model input (system, model or execution file, or a preset) is invalid:
+    an unknown, missing or wrongly typed key, or a value out of range.
+
+    ``key`` is the dotted key (``accelerator.memory_bytes``; empty when the whole file
+    is at fault), ``path`` the file or preset name.
+    """
+
+    def __init__(self, key: str, reason: str, *, path: str | None = None) -> None:
+        self.key = key
+        self.reason = reason
+        self.path = path
+        where = f"{path}: " if path else ""
+        super().__init__(f"{where}{key}: {reason}" if key else f"{where}{reason}")
+
+
+class FabricProfileError(ModelInputError):
+    """A netio fabric profile (``netio bench --profile``) is invalid; ``key`` and ``path``
+    as for ModelInputError."""
 
 
 class VerbsError(IoError):

@@ -17,14 +17,15 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from netio.api import exchange
 from netio.api.endpoint import Endpoint, Path
 from netio.api.handles import Pending, Runner
 from netio.api.region import Region, check_region_busy
-from netio.api.types import Access
+from netio.api.types import Access, QpType
 from netio.backends.base import (
+    QP_ACCESS_ALL,
     Backend,
     BackendQp,
     Description,
@@ -53,6 +54,9 @@ DEFAULT_ACCESS = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
 IB_MTUS = (256, 512, 1024, 2048, 4096)
 _CLOSE_S = 5.0
 _LISTEN_ERRORS_KEPT = 32
+# Stream buffer: the tcp backend reads whole messages from it; a larger buffer means
+# fewer wake-ups per large message (asyncio pauses the socket at twice this).
+_STREAM_LIMIT_BYTES = 4 << 20
 
 _open_contexts: weakref.WeakSet[Context] = weakref.WeakSet()
 
@@ -166,7 +170,8 @@ class Context:
     async def _connect(self, host: str, port: int, timeout_s: float) -> Endpoint:
         peer = f"{host}:{port}"
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port),
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(
+                host, port, limit=_STREAM_LIMIT_BYTES),
                                                     timeout_s)
         except TimeoutError:
             raise Timeout(f"connect to {peer}", timeout_s,
@@ -226,8 +231,30 @@ class Context:
         self._endpoints.add(ep)
         if self.transport != Transport.TCP:
             # The exchange connection stays open only to learn that the peer went away.
-            asyncio.get_running_loop().create_task(_watch_peer(ep, reader, writer))
+            ep.watch_task = asyncio.get_running_loop().create_task(
+                _watch_peer(ep, reader, writer))
         ep.progress()
+        return ep
+
+    def endpoint(self, qp_type: QpType | str = QpType.RC, *, peer: str | None = None,
+                 psn: int | None = None) -> Pending[Endpoint]:
+        """An endpoint whose address the caller exchanges itself (``ep.address``, then
+        ``ep.connect_to(theirs)``), for RC, UC or UD (datagram) transports. ``peer`` is
+        the peer's IP, used to pick the local address its route leaves from."""
+        self._check_open()
+        kind = _qp_type(qp_type)
+        local_ip = route_source_ip(peer) if peer else "127.0.0.1"
+        return self.runner.spawn(self._unconnected(kind, local_ip, psn))
+
+    async def _unconnected(self, qp_type: QpType, local_ip: str, psn: int | None) -> Endpoint:
+        notify = _Notify()
+        qp = await self.backend.create_qp(local_ip, self.options.qp, notify, qp_type, psn)
+        local = qp.address()
+        path = Path(self.backend.describe(), local, None, local.mtu_bytes, self.options.qp,
+                    "")
+        ep = Endpoint(self, qp, path, qp_type)
+        notify.target = ep.progress
+        self._endpoints.add(ep)
         return ep
 
     def listen(self, addr: str | tuple[str, int] = "0.0.0.0:0") -> Pending[Listener]:
@@ -239,7 +266,8 @@ class Context:
     async def _listen(self, host: str, port: int) -> Listener:
         listener = Listener(self)
         try:
-            server = await asyncio.start_server(listener.handle, host, port)
+            server = await asyncio.start_server(listener.handle, host, port,
+                                                limit=_STREAM_LIMIT_BYTES)
         except OSError as exc:
             raise ConnectFailed(f"listen on {host}:{port}: {exc.strerror or exc}",
                                 errno_value=exc.errno or 0) from None
@@ -352,6 +380,28 @@ class Context:
         return f"Context({self.backend.name}, {'closed' if self._closed else 'open'})"
 
 
+def _qp_type(value: QpType | str) -> QpType:
+    if isinstance(value, QpType):
+        return value
+    try:
+        return QpType[str(value).upper()]
+    except KeyError:
+        raise IoError(f"endpoint type {value!r} is not one of rc, uc, ud") from None
+
+
+def route_source_ip(peer: str) -> str:
+    """The local address the kernel's route to ``peer`` leaves from (a connected UDP
+    socket: nothing is sent)."""
+    family = socket.AF_INET6 if ":" in peer else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect((peer, 4791))
+        except OSError as exc:
+            raise ConnectFailed(f"no route to {peer}: {exc.strerror or exc}",
+                                errno_value=exc.errno or 0) from None
+        return str(probe.getsockname()[0])
+
+
 class _Notify:
     """The notify a backend QP is created with; it reaches the endpoint once there is one."""
 
@@ -392,6 +442,7 @@ class Listener:
         self.errors: deque[str] = deque(maxlen=_LISTEN_ERRORS_KEPT)
         self.rejected = 0
         self._closed = False
+        self._closed_event = asyncio.Event()
 
     @property
     def address(self) -> tuple[str, int]:
@@ -429,15 +480,26 @@ class Listener:
     async def _accept(self, timeout_s: float | None) -> Endpoint:
         if self._closed:
             raise ClosedError("the listener is closed")
+        get = asyncio.ensure_future(self._ready.get())
+        closed = asyncio.ensure_future(self._closed_event.wait())
         try:
-            return await asyncio.wait_for(self._ready.get(), timeout_s)
-        except TimeoutError:
-            raise Timeout("accept", timeout_s or 0.0) from None
+            done, _ = await asyncio.wait({get, closed}, timeout=timeout_s,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closed.cancel()
+            if not get.done():
+                get.cancel()
+        if get in done:
+            return get.result()
+        if closed in done:
+            raise ClosedError("the listener was closed while waiting in accept")
+        raise Timeout("accept", timeout_s or 0.0)
 
     async def aclose(self) -> None:
         if self._closed:
             return
         self._closed = True
+        self._closed_event.set()
         if self.server is not None:
             self.server.close()
             with contextlib.suppress(Exception):
@@ -453,16 +515,24 @@ class Listener:
                 pending.wait(_CLOSE_S + 1.0)
 
 
+_SOFT_OPTIONS = ("rx_mode", "faults", "fault_seed", "verify_icrc")
+
+
 def _make_backend(backend: str, *, device: str | None, port: int | None, gid: int | None,
-                  local_addr: str | None) -> Backend:
+                  local_addr: str | None, backend_options: dict[str, Any]) -> Backend:
     if backend not in BACKENDS:
         raise IoError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
     if backend == "auto":
         backend = "verbs" if _verbs_usable() else "soft"
+    allowed = _SOFT_OPTIONS if backend == "soft" else ()
+    unknown = sorted(set(backend_options) - set(allowed))
+    if unknown:
+        raise IoError(f"option(s) {', '.join(unknown)} are not known to the {backend} backend"
+                      + (f" (it takes {', '.join(allowed)})" if allowed else ""))
     if backend == "soft":
         from netio.backends.soft.backend import SoftBackend
 
-        return SoftBackend(local_addr=local_addr)
+        return SoftBackend(local_addr=local_addr, **backend_options)
     if backend == "tcp":
         from netio.backends.tcp import TcpBackend
 
@@ -491,7 +561,9 @@ def _verbs_usable() -> bool:
 def open(backend: str = "auto", *, device: str | None = None, port: int | None = None,
          gid: int | None = None, local_addr: str | None = None, mtu: int | None = None,
          traffic_class: int = 0, timeout_s: float = 10.0, ack_timeout: int = 14,
-         retry_count: int = 7, rnr_retry: int = 7, min_rnr_timer: int = 12) -> Context:
+         retry_count: int = 7, rnr_retry: int = 7, min_rnr_timer: int = 12, qkey: int = 0,
+         max_rd_atomic: int = 16, qp_access: Access = QP_ACCESS_ALL,
+         **backend_options: Any) -> Context:
     """Open a context on ``backend``: ``"soft"`` (netio's RoCEv2 engine on UDP),
     ``"verbs"`` (rdma-core: RoCE NICs, kernel rxe), ``"tcp"``, or ``"auto"`` (verbs when
     a usable RDMA device exists, else soft).
@@ -501,7 +573,10 @@ def open(backend: str = "auto", *, device: str | None = None, port: int | None =
     ``mtu`` caps the path MTU (256..4096); ``traffic_class`` is the IP TOS byte;
     ``timeout_s`` bounds every connect, accept and exchange step; ``ack_timeout``,
     ``retry_count``, ``rnr_retry``, ``min_rnr_timer`` are the RC QP attributes (IBTA
-    meanings; rnr_retry 7 retries for ever).
+    meanings; rnr_retry 7 retries for ever); ``qkey`` the Q_Key of datagram endpoints,
+    ``max_rd_atomic`` the READs/atomics in flight, ``qp_access`` the remote operations a
+    QP accepts. The soft backend also takes ``rx_mode``, ``faults``, ``fault_seed`` and
+    ``verify_icrc`` (see :class:`netio.backends.soft.SoftRoceDriver`).
     """
     if mtu is not None and mtu not in IB_MTUS:
         raise IoError(f"mtu {mtu} is not an IB MTU ({', '.join(map(str, IB_MTUS))})")
@@ -512,9 +587,13 @@ def open(backend: str = "auto", *, device: str | None = None, port: int | None =
             raise IoError(f"{name}={value!r} is outside 0..{hi}")
     if not timeout_s > 0:
         raise IoError(f"timeout_s={timeout_s!r} must be positive")
+    if not 0 <= qkey <= 0xFFFFFFFF or not 0 <= max_rd_atomic <= 255:
+        raise IoError("qkey must fit 32 bits and max_rd_atomic 0..255")
     qp = QpOptions(timeout=ack_timeout, retry_count=retry_count, rnr_retry=rnr_retry,
-                   min_rnr_timer=min_rnr_timer, traffic_class=traffic_class)
-    made = _make_backend(backend, device=device, port=port, gid=gid, local_addr=local_addr)
+                   min_rnr_timer=min_rnr_timer, traffic_class=traffic_class, qkey=qkey,
+                   max_rd_atomic=max_rd_atomic, access=Access(qp_access))
+    made = _make_backend(backend, device=device, port=port, gid=gid, local_addr=local_addr,
+                         backend_options=backend_options)
     runner = Runner.current_or_private()
     return Context(made, ContextOptions(made.name, timeout_s, mtu, qp), runner)
 

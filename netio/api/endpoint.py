@@ -17,11 +17,11 @@ import itertools
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, cast
 
-from netio.api.handles import Pending
+from netio.api.handles import Pending, Runner
 from netio.api.region import LocalSlice, Region, RemoteRegion, RemoteSlice
-from netio.api.types import Completion, WcOpcode, WcStatus, WrOpcode
+from netio.api.types import Completion, QpType, WcOpcode, WcStatus, WrOpcode
 from netio.backends.base import (
     BackendQp,
     Description,
@@ -30,6 +30,7 @@ from netio.backends.base import (
     RecvRequest,
     SendRequest,
     Transport,
+    UdDest,
 )
 from netio.errors import (
     ClosedError,
@@ -43,9 +44,6 @@ from netio.errors import (
     RetryExceeded,
     RnrRetryExceeded,
 )
-
-if TYPE_CHECKING:
-    from netio.api.context import Context
 
 LocalArg = LocalSlice | Region | Sequence[LocalSlice | Region]
 RemoteArg = RemoteSlice | RemoteRegion | tuple[bytes, int, int]
@@ -96,13 +94,15 @@ class WorkRequest:
     signaled: bool = True
     inline: bool = False
     wr_id: int = 0
+    dest: UdDest | None = None
 
     @classmethod
     def send(cls, local: LocalArg, *, imm: int | None = None, signaled: bool = True,
-             inline: bool = False, wr_id: int = 0) -> WorkRequest:
+             inline: bool = False, wr_id: int = 0, dest: UdDest | None = None
+             ) -> WorkRequest:
         op = WrOpcode.SEND if imm is None else WrOpcode.SEND_WITH_IMM
         return cls(op, _locals(local), None, imm, signaled=signaled, inline=inline,
-                   wr_id=wr_id)
+                   wr_id=wr_id, dest=dest)
 
     @classmethod
     def recv(cls, local: LocalArg, *, wr_id: int = 0) -> WorkRequest:
@@ -147,7 +147,7 @@ class Path:
 
     local: Description
     local_address: QpAddress
-    remote_address: QpAddress
+    remote_address: QpAddress | None
     mtu_bytes: int
     options: QpOptions
     peer: str
@@ -156,6 +156,8 @@ class Path:
         if self.local.transport == Transport.TCP:
             return f"tcp to {self.peer}"
         r = self.remote_address
+        if r is None:
+            return f"local {self.local.summary()}, not connected"
         return (f"local {self.local.summary()}, remote GID {r.gid} (index {r.gid_index}, "
                 f"{r.gid_type}{', ' + r.device if r.device else ''}, MTU {r.mtu_bytes}), "
                 f"path MTU {self.mtu_bytes}")
@@ -177,14 +179,25 @@ class _Batch:
     left: int = 0
 
 
+class EndpointOwner(Protocol):
+    """What an endpoint needs of the context that made it."""
+
+    @property
+    def runner(self) -> Runner: ...
+
+    def endpoint_closed(self, ep: Endpoint) -> None: ...
+
+
 class Endpoint:
     """A reliable connection to one peer. Operations return handles: ``await`` them,
     ``.wait()`` for them, or post many at once with :meth:`post`."""
 
     _ids = itertools.count(1)
 
-    def __init__(self, context: Context, qp: BackendQp, path: Path) -> None:
+    def __init__(self, context: EndpointOwner, qp: BackendQp, path: Path,
+                 qp_type: QpType = QpType.RC) -> None:
         self.context = context
+        self._qp_type = qp_type
         self.path = path
         self._qp = qp
         self._ops: dict[int, _Op] = {}
@@ -192,13 +205,18 @@ class Endpoint:
         self._closed = False
         self.peer_closed = False
         self.completed = 0
+        # watches the exchange connection of a RoCE endpoint for the peer leaving
+        self.watch_task: asyncio.Task[None] | None = None
 
     # -- single operations -----------------------------------------------------------
 
     def send(self, local: LocalArg, *, imm: int | None = None, signaled: bool = True,
-             inline: bool = False) -> Pending[Completion]:
-        """SEND ``local`` (with optional 32-bit immediate data) to the peer's next receive."""
-        return self._one(WorkRequest.send(local, imm=imm, signaled=signaled, inline=inline))
+             inline: bool = False, dest: UdDest | None = None) -> Pending[Completion]:
+        """SEND ``local`` (with optional 32-bit immediate data) to the peer's next receive;
+        on a datagram endpoint ``dest`` says where (a receive there gets the 40-byte GRH
+        first, then the payload)."""
+        return self._one(WorkRequest.send(local, imm=imm, signaled=signaled, inline=inline,
+                                          dest=dest))
 
     def recv(self, local: LocalArg) -> Pending[Completion]:
         """Post a receive; completes with the SEND (or WRITE with immediate) that used it:
@@ -274,7 +292,8 @@ class Endpoint:
                 r = op.request
                 segments = tuple(s.segment() for s in r.local)
                 for s in r.local:
-                    if s.region.context is not self.context or not s.region.registered:
+                    if s.region.context is not cast(object, self.context) or (
+                            not s.region.registered):
                         raise IoError("a local buffer is not a registered region of this "
                                       "endpoint's context")
                 if r.opcode is None:
@@ -284,7 +303,7 @@ class Endpoint:
                 sends.append(SendRequest(
                     wr_id, r.opcode, segments, remote.addr if remote else 0,
                     remote.remote.rkey if remote else 0, r.imm_data, r.compare_add, r.swap,
-                    r.signaled, r.inline))
+                    r.signaled, r.inline, r.dest))
             for wr_id, op in zip(ids, ops, strict=True):
                 op.regions = tuple({s.region for s in op.request.local})
                 for region in op.regions:
@@ -379,6 +398,8 @@ class Endpoint:
         o = p.options
         kwargs: dict[str, Any] = {"status": int(status), "status_name": status.name,
                                   "wr_id": request.wr_id}
+        refused = self._qp.diagnosis()
+        here = f"; this side refused the peer's request: {refused}" if refused else ""
         if status is WcStatus.RETRY_EXC_ERR:
             if p.local.transport == Transport.TCP or self.peer_closed:
                 hint = (f"the peer at {p.peer} closed its connection or went away "
@@ -412,13 +433,40 @@ class Endpoint:
         if status is WcStatus.WR_FLUSH_ERR:
             hint = ("the endpoint entered the error state (an earlier request failed or it "
                     "was closed) before this request finished")
-            return FlushedError(f"{what}: flushed", hint=hint, **kwargs)
+            return FlushedError(f"{what}: flushed", hint=hint + here, **kwargs)
         if status in (WcStatus.LOC_LEN_ERR, WcStatus.LOC_QP_OP_ERR, WcStatus.LOC_PROT_ERR,
                       WcStatus.LOC_ACCESS_ERR):
             hint = ("a local buffer is too small for the incoming message or not registered "
                     "with the access it needs" if status is WcStatus.LOC_LEN_ERR else "")
-            return LocalError(f"{what}: local error", hint=hint, **kwargs)
-        return OperationError(f"{what}: failed", **kwargs)
+            return LocalError(f"{what}: local error", hint=hint + here, **kwargs)
+        return OperationError(f"{what}: failed", hint=here.lstrip("; "), **kwargs)
+
+    # -- addresses exchanged by the caller -------------------------------------------------
+
+    @property
+    def address(self) -> QpAddress:
+        """This endpoint's address (GID, QP number, starting PSN, MTU) for a peer that
+        connects with its own exchange (``Endpoint.connect_to``)."""
+        return self.path.local_address
+
+    @property
+    def qp_type(self) -> QpType:
+        return self._qp_type
+
+    def connect_to(self, remote: QpAddress, *, mtu_bytes: int | None = None) -> Pending[None]:
+        """Connect an endpoint made by ``Context.endpoint`` to a peer whose address came by
+        the caller's own exchange (the path MTU is the smaller of both sides' and
+        ``mtu_bytes``)."""
+        return self.context.runner.spawn(self._connect_to(remote, mtu_bytes))
+
+    async def _connect_to(self, remote: QpAddress, mtu_bytes: int | None) -> None:
+        if self._closed:
+            raise ClosedError("the endpoint is closed")
+        mtu = min(self.path.local_address.mtu_bytes, remote.mtu_bytes,
+                  mtu_bytes or self.path.local_address.mtu_bytes)
+        await self._qp.connect(remote, mtu)
+        self.path = dataclasses.replace(self.path, remote_address=remote, mtu_bytes=mtu,
+                                        peer=remote.gid)
 
     # -- life cycle ------------------------------------------------------------------------
 
@@ -435,6 +483,8 @@ class Endpoint:
         if self._closed:
             return
         self._closed = True
+        if self.watch_task is not None:
+            self.watch_task.cancel()
         with contextlib.suppress(Exception):  # closing must not fail or hang
             await asyncio.wait_for(self._qp.close(), _CLOSE_S)
         self.progress()

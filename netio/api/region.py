@@ -15,14 +15,11 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from netio.api.types import Access
 from netio.backends.base import BackendRegion, Segment, Transport
 from netio.errors import IoError, RegionBusy, RegistrationError
-
-if TYPE_CHECKING:
-    from netio.api.context import Context
 
 _DESCRIPTOR = struct.Struct("!4sBBHQIQ")
 _DESCRIPTOR_MAGIC = b"NTMR"
@@ -70,11 +67,20 @@ def _slice(total: int, key: slice | int, what: str) -> tuple[int, int]:
     return start, stop - start
 
 
+class RegionOwner(Protocol):
+    """What a region needs of the context that registered it."""
+
+    @property
+    def transport(self) -> str: ...
+
+    def deregister(self, region: Region) -> None: ...
+
+
 @dataclass(eq=False)
 class Region:
     """A registered memory region of a context. Index or slice it to name a part."""
 
-    context: Context = field(repr=False)
+    context: RegionOwner = field(repr=False)
     backend_region: BackendRegion = field(repr=False)
     access: Access
     view: memoryview = field(repr=False)
@@ -169,6 +175,7 @@ __all__ = [
     "DESCRIPTOR_BYTES",
     "LocalSlice",
     "Region",
+    "RegionOwner",
     "RemoteRegion",
     "RemoteSlice",
     "check_region_busy",

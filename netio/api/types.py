@@ -23,6 +23,15 @@ class Access(enum.IntFlag):
     REMOTE_ATOMIC = 8
 
 
+class QpType(enum.IntEnum):
+    """``enum ibv_qp_type``: the transports netio offers (reliable connected, unreliable
+    connected, unreliable datagram)."""
+
+    RC = 2
+    UC = 3
+    UD = 4
+
+
 class WrOpcode(enum.IntEnum):
     """``enum ibv_wr_opcode``."""
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from netio.api.types import Access, Completion, WrOpcode
+from netio.api.types import Access, Completion, QpType, WrOpcode
 
 
 class BackendRegion(Protocol):
@@ -45,6 +45,16 @@ class Segment:
 
 
 @dataclass(frozen=True, slots=True)
+class UdDest:
+    """Where a datagram (UD) SEND goes: the peer's GID (text form), QP number and Q_Key
+    (the address handle, remote QPN and remote Q_Key of ``struct ibv_send_wr.wr.ud``)."""
+
+    gid: str
+    qpn: int
+    qkey: int
+
+
+@dataclass(frozen=True, slots=True)
 class SendRequest:
     """A send-queue work request. ``imm_data`` only for the *_WITH_IMM opcodes;
     ``compare_add``/``swap`` for atomics; ``inline`` asks the backend to copy the
@@ -60,6 +70,7 @@ class SendRequest:
     swap: int = 0
     signaled: bool = True
     inline: bool = False
+    ud: UdDest | None = None
 
     @property
     def length_bytes(self) -> int:
@@ -100,6 +111,11 @@ class QpAddress:
     netdev: str = ""
 
 
+#: A QP's default remote access: every operation (each region still decides its own).
+QP_ACCESS_ALL = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | (
+    Access.REMOTE_ATOMIC)
+
+
 @dataclass(frozen=True, slots=True)
 class QpOptions:
     """Per-connection settings (``struct ibv_qp_attr`` values the user may choose).
@@ -116,6 +132,9 @@ class QpOptions:
     max_send_wr: int = 1024
     max_recv_wr: int = 1024
     max_inline_bytes: int = 64
+    qkey: int = 0
+    max_rd_atomic: int = 16
+    access: Access = QP_ACCESS_ALL
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,10 +211,11 @@ class BackendQp(Protocol):
         ...
 
     async def connect(self, remote: QpAddress, mtu_bytes: int,
-                      stream: tuple[asyncio.StreamReader, asyncio.StreamWriter]) -> None:
-        """Bring the QP up towards ``remote`` with the agreed path MTU. ``stream`` is the
-        exchange's TCP connection: the tcp backend carries its data on it, the RDMA
-        backends leave it alone."""
+                      stream: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+                      ) -> None:
+        """Bring a connected (RC/UC) QP up towards ``remote`` with the agreed path MTU.
+        ``stream`` is the exchange's TCP connection: the tcp backend carries its data on it
+        (and needs it), the RDMA backends leave it alone. UD QPs are ready when created."""
         ...
 
     def post_send(self, requests: Sequence[SendRequest]) -> None:
@@ -213,6 +233,11 @@ class BackendQp(Protocol):
 
     def counters(self) -> dict[str, int]:
         """Backend counters for this QP (retransmissions, drops, NAKs...)."""
+        ...
+
+    def diagnosis(self) -> str:
+        """Why this QP last refused a peer's request (\"\" when it has not, or the backend
+        cannot tell), e.g. the path-MTU mismatch a payload length reveals."""
         ...
 
     async def close(self) -> None:
@@ -234,9 +259,11 @@ class Backend(Protocol):
     def deregister(self, region: BackendRegion) -> None:
         ...
 
-    async def create_qp(self, local_ip: str, options: QpOptions, notify: Notify) -> BackendQp:
+    async def create_qp(self, local_ip: str, options: QpOptions, notify: Notify,
+                        qp_type: QpType = QpType.RC, psn: int | None = None) -> BackendQp:
         """A new QP whose traffic leaves from ``local_ip`` (the address the route to the
-        peer uses); ``notify`` is called on the loop when completions may be ready."""
+        peer uses); ``notify`` is called on the loop when completions may be ready;
+        ``psn`` the starting send PSN (random when None). A UD QP is ready at once."""
         ...
 
     def describe(self) -> Description:
@@ -259,4 +286,5 @@ __all__ = [
     "Segment",
     "SendRequest",
     "Transport",
+    "UdDest",
 ]

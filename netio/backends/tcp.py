@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from netio.api.types import Access, Completion, WcFlags, WcOpcode, WcStatus, WrOpcode
+from netio.api.types import Access, Completion, QpType, WcFlags, WcOpcode, WcStatus, WrOpcode
 from netio.backends.base import (
     Description,
     Notify,
@@ -140,6 +140,7 @@ class TcpQp:
         self._rnr_skip_until: int | None = None  # responder: drop requests after an RNR NAK
         self._retry_handle: asyncio.TimerHandle | None = None
         self._closed = False
+        self.last_error = ""
         self.counters_: dict[str, int] = {"frames_sent": 0, "frames_received": 0,
                                           "rnr_naks_sent": 0, "rnr_retries": 0,
                                           "naks_sent": 0}
@@ -153,7 +154,11 @@ class TcpQp:
                          "")
 
     async def connect(self, remote: QpAddress, mtu_bytes: int,
-                      stream: tuple[asyncio.StreamReader, asyncio.StreamWriter]) -> None:
+                      stream: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+                      ) -> None:
+        if stream is None:
+            raise RoceError("a tcp endpoint connects through netio's exchange (ctx.connect "
+                            "or ctx.listen): it carries its data on that connection")
         self._reader, self._writer = stream
         sock = self._writer.get_extra_info("socket")
         if sock is not None:
@@ -334,7 +339,8 @@ class TcpQp:
             capacity = sum(s.length for s in recv.segments)
             self._recvs.popleft()
             if len(data) > capacity:
-                self._nak(seq, WcStatus.REM_INV_REQ_ERR)
+                self._nak(seq, WcStatus.REM_INV_REQ_ERR,
+                          f"SEND of {len(data)} bytes into a receive of {capacity} bytes")
                 self._cq.append(Completion(recv.wr_id, WcStatus.LOC_LEN_ERR, WcOpcode.RECV,
                                            self._qpn))
                 self._enter_error()
@@ -347,11 +353,13 @@ class TcpQp:
             return
         target = self._backend.check_remote(rkey, addr, length, _NEEDED_ACCESS[kind])
         if target is None:
-            self._nak(seq, WcStatus.REM_ACCESS_ERR)
+            self._nak(seq, WcStatus.REM_ACCESS_ERR, f"{kind.name} of {length} bytes at "
+                      f"{addr:#x} with rkey {rkey:#x} refused (key, bounds or access)")
             self._enter_error()
             return
         if kind in (_Kind.FETCH_ADD, _Kind.COMPARE_SWAP) and addr % 8:
-            self._nak(seq, WcStatus.REM_INV_REQ_ERR)
+            self._nak(seq, WcStatus.REM_INV_REQ_ERR,
+                      f"atomic at address {addr:#x} is not 8-byte aligned")
             self._enter_error()
             return
         if kind is _Kind.WRITE:
@@ -373,9 +381,13 @@ class TcpQp:
             target[:] = new.to_bytes(8, "little")
             self._respond(_Kind.ACK, seq, 0, original.to_bytes(8, "little"))
 
-    def _nak(self, seq: int, status: WcStatus) -> None:
+    def _nak(self, seq: int, status: WcStatus, why: str) -> None:
         self.counters_["naks_sent"] += 1
+        self.last_error = why
         self._respond(_Kind.NAK, seq, int(status))
+
+    def diagnosis(self) -> str:
+        return self.last_error
 
     # -- errors and closing --------------------------------------------------------------
 
@@ -482,7 +494,11 @@ class TcpBackend:
             return None
         return region.view[offset:offset + length]
 
-    async def create_qp(self, local_ip: str, options: QpOptions, notify: Notify) -> TcpQp:
+    async def create_qp(self, local_ip: str, options: QpOptions, notify: Notify,
+                        qp_type: QpType = QpType.RC, psn: int | None = None) -> TcpQp:
+        if qp_type is not QpType.RC:
+            raise RoceError(f"the tcp backend offers reliable connected (RC) endpoints only, "
+                            f"not {QpType(qp_type).name}")
         self._local_ips.add(local_ip)
         return TcpQp(self, local_ip, options, notify)
 

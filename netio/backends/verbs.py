@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from netio.api.types import Access, Completion, WcFlags, WcOpcode, WcStatus, WrOpcode
+from netio.api.types import Access, Completion, QpType, WcFlags, WcOpcode, WcStatus, WrOpcode
 from netio.backends.base import (
     Description,
     Notify,
@@ -86,14 +86,19 @@ from netio.errors import (
 PYVERBS_DIR = "/usr/lib/python3/dist-packages/pyverbs"
 # ibverbs constants used here (enum values from <infiniband/verbs.h>; the same numbers
 # pyverbs.enums exports).
-_QPT_RC = 2
 _QPS_ERR = 6
 _QP_STATE = 1
 _SEND_SIGNALED = 2
 _SEND_INLINE = 8
 _WC_WITH_IMM = 2
-_ACCESS_ALL = int(Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
-                  | Access.REMOTE_ATOMIC)
+_UC_ACCESS = Access.LOCAL_WRITE | Access.REMOTE_WRITE  # UC has no READ or atomics
+# what each transport may post (IBTA 9.4, Table 38 "operations by service type")
+_ALLOWED = {
+    QpType.RC: frozenset(WrOpcode),
+    QpType.UC: frozenset({WrOpcode.SEND, WrOpcode.SEND_WITH_IMM, WrOpcode.RDMA_WRITE,
+                          WrOpcode.RDMA_WRITE_WITH_IMM}),
+    QpType.UD: frozenset({WrOpcode.SEND, WrOpcode.SEND_WITH_IMM}),
+}
 _SEND_OPCODES = {
     WrOpcode.RDMA_WRITE: WcOpcode.RDMA_WRITE,
     WrOpcode.RDMA_WRITE_WITH_IMM: WcOpcode.RDMA_WRITE,
@@ -264,10 +269,17 @@ class _Posted:
 
 
 class VerbsQp:
-    """An RC queue pair (``BackendQp``) with its own CQ and completion channel."""
+    """A queue pair (``BackendQp``: RC, UC or UD) with its own CQ and completion channel.
+    RC and UC QPs are in INIT after creation (receives can be posted) and reach RTS in
+    ``connect``; a UD QP is in RTS at once and names each SEND's destination."""
 
     def __init__(self, backend: VerbsBackend, options: QpOptions, notify: Notify,
-                 entry: GidEntry, loop: asyncio.AbstractEventLoop) -> None:
+                 entry: GidEntry, loop: asyncio.AbstractEventLoop,
+                 qp_type: QpType = QpType.RC, psn: int | None = None) -> None:
+        if psn is not None and not 0 <= psn < 1 << 24:
+            raise RoceError(f"start PSN {psn} does not fit 24 bits")
+        if qp_type not in _ALLOWED:
+            raise RoceError(f"QP type {qp_type!r} is not supported by the verbs backend")
         pv = backend._pv
         self._backend = backend
         self._pv = pv
@@ -283,7 +295,10 @@ class VerbsQp:
         self._mtu_bytes = 0
         self._stats = {"sends_posted": 0, "recvs_posted": 0, "completions": 0,
                        "error_completions": 0, "notify_events": 0}
-        self.psn = random.getrandbits(24)
+        self.psn = psn if psn is not None else random.getrandbits(24)
+        self.qp_type = qp_type
+        self._ahs: dict[str, Any] = {}  # UD: one address handle per destination GID
+        self._rd_atomic = min(options.max_rd_atomic, backend._rd_atomic)
         self._timer: asyncio.TimerHandle | None = None
         self._fd: int | None = None
         self._channel, fd = _channel_fd(pv, backend._ctx)
@@ -296,17 +311,25 @@ class VerbsQp:
                               max_recv_wr=options.max_recv_wr, max_send_sge=self._max_sge,
                               max_recv_sge=self._max_sge,
                               max_inline_data=options.max_inline_bytes)
-            init = pv.qp.QPInitAttr(qp_type=_QPT_RC, scq=self._cq, rcq=self._cq, cap=cap,
-                                    sq_sig_all=0)
+            init = pv.qp.QPInitAttr(qp_type=int(qp_type), scq=self._cq, rcq=self._cq,
+                                    cap=cap, sq_sig_all=0)
             self._qp = pv.qp.QP(backend._pd, init)
             attr = pv.qp.QPAttr(port_num=entry.port)
-            attr.qp_access_flags = _ACCESS_ALL
             attr.pkey_index = 0
-            self._qp.to_init(attr)
-        except pv.Error as exc:
+            if qp_type == QpType.UD:
+                attr.qkey = options.qkey
+                attr.sq_psn = self.psn
+                self._qp.to_rts(attr)  # RESET -> INIT -> RTR -> RTS: ready at once
+                self._state = "rts"
+            else:
+                access = options.access & _UC_ACCESS if qp_type == QpType.UC else options.access
+                attr.qp_access_flags = int(access)
+                self._qp.to_init(attr)
+        except (pv.Error, OverflowError) as exc:
             self._destroy()
             raise _verbs_error("ibv_create_qp", exc,
-                               f"cannot create an RC QP on {entry.device} port {entry.port}",
+                               f"cannot create a {qp_type.name} QP on {entry.device} port "
+                               f"{entry.port}",
                                hint=f"max_send_wr {options.max_send_wr}, max_recv_wr "
                                     f"{options.max_recv_wr}, inline {options.max_inline_bytes}"
                                     f" bytes; device limits: ibv_devinfo -v -d "
@@ -360,8 +383,11 @@ class VerbsQp:
                          gid_type="RoCEv2", device=e.device, netdev=e.netdev)
 
     async def connect(self, remote: QpAddress, mtu_bytes: int,
-                      stream: tuple[asyncio.StreamReader, asyncio.StreamWriter]) -> None:
+                      stream: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+                      ) -> None:
         self._check_open("connect")
+        if self.qp_type == QpType.UD:
+            return  # a UD QP is ready since creation; each SEND names its destination
         local = self.address()
         if remote.transport != Transport.ROCE:
             raise ExchangeMismatch(f"QP {self.qpn}: the peer speaks {remote.transport}, "
@@ -396,13 +422,13 @@ class VerbsQp:
             attr.ah_attr = ah
             attr.dest_qp_num = remote.qpn
             attr.rq_psn = remote.psn
-            attr.max_dest_rd_atomic = self._backend._rd_atomic
+            attr.max_dest_rd_atomic = self._rd_atomic
             attr.min_rnr_timer = o.min_rnr_timer
             attr.timeout = o.timeout
             attr.retry_cnt = o.retry_count
             attr.rnr_retry = o.rnr_retry
             attr.sq_psn = self.psn
-            attr.max_rd_atomic = self._backend._rd_atomic
+            attr.max_rd_atomic = self._rd_atomic
         except (pv.Error, ValueError, OverflowError) as exc:
             raise ConnectFailed(f"QP {self.qpn}: bad attributes towards {remote.gid} QPN "
                                 f"{remote.qpn}: {exc}") from exc
@@ -442,6 +468,16 @@ class VerbsQp:
     def _check_send(self, r: SendRequest) -> list[Any]:
         if r.opcode not in _SEND_OPCODES:
             raise RoceError(f"work request {r.wr_id}: opcode {r.opcode!r} is not supported")
+        if r.opcode not in _ALLOWED[self.qp_type]:
+            raise RoceError(f"work request {r.wr_id}: {r.opcode.name} is not available on a "
+                            f"{self.qp_type.name} QP (IBTA 9.4: operations by service type)")
+        if self.qp_type == QpType.UD:
+            if r.ud is None:
+                raise RoceError(f"work request {r.wr_id}: a UD SEND needs its destination "
+                                f"(SendRequest.ud: GID, QPN, Q_Key)")
+            if r.length_bytes > self._backend.mtu_bytes:
+                raise RoceError(f"work request {r.wr_id}: {r.length_bytes} bytes in one "
+                                f"datagram, the path MTU is {self._backend.mtu_bytes}")
         if not 0 <= r.wr_id < 1 << 64:
             raise RoceError(f"work request {r.wr_id}: wr_id does not fit 64 bits")
         if (r.imm_data is not None) != (r.opcode in _WITH_IMM):
@@ -498,7 +534,9 @@ class VerbsQp:
                 owned.append(wr)
                 if not sges:
                     wr.num_sge = 0
-                if r.opcode in _ATOMICS:
+                if r.ud is not None and self.qp_type == QpType.UD:
+                    wr.set_wr_ud(self._ah(r.ud.gid), r.ud.qpn, r.ud.qkey)
+                elif r.opcode in _ATOMICS:
                     wr.set_wr_atomic(r.rkey, r.remote_addr, r.compare_add, r.swap)
                 elif r.opcode in _REMOTE:
                     wr.set_wr_rdma(r.rkey, r.remote_addr)
@@ -555,6 +593,28 @@ class VerbsQp:
                 obj.close()
         self._recvs.extend(r.wr_id for r in requests)
         self._stats["recvs_posted"] += len(requests)
+
+    def _ah(self, gid: str) -> Any:
+        """The address handle for a UD destination GID (made once per GID)."""
+        ah = self._ahs.get(gid)
+        if ah is not None:
+            return ah
+        pv = self._pv
+        try:
+            dgid = ipaddress.IPv6Address(gid)
+            gr = pv.addr.GlobalRoute(dgid=pv.addr.GID(dgid.exploded),
+                                     sgid_index=self._entry.index, hop_limit=64,
+                                     traffic_class=self._options.traffic_class)
+            attr = pv.addr.AHAttr(is_global=1, port_num=self._entry.port, gr=gr)
+            ah = pv.addr.AH(self._backend._pd, attr=attr)
+        except ValueError as exc:
+            raise RoceError(f"UD destination GID {gid!r} is not a GID") from exc
+        except pv.Error as exc:
+            raise _verbs_error("ibv_create_ah", exc, f"no address handle towards GID {gid}",
+                               hint=f"local GID {self._entry.gid} (index {self._entry.index},"
+                                    f" {self._entry.netdev})") from exc
+        self._ahs[gid] = ah
+        return ah
 
     def _retire_send(self, wr_id: int) -> WcOpcode | None:
         """Drop every send up to and including ``wr_id`` (a send completion retires the
@@ -621,6 +681,11 @@ class VerbsQp:
             self._loop.call_soon(self._notify)
         return out
 
+    def diagnosis(self) -> str:
+        """Always "": the kernel does not say why its responder refused a request (the
+        port's hw_counters in ``counters()`` count some of the reasons)."""
+        return ""
+
     def counters(self) -> dict[str, int]:
         out = dict(self._stats)
         out["sends_outstanding"] = len(self._sends)
@@ -664,6 +729,10 @@ class VerbsQp:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        for ah in self._ahs.values():
+            with contextlib.suppress(Exception):
+                ah.close()
+        self._ahs.clear()
         for name in ("_qp", "_cq", "_channel"):
             obj = getattr(self, name, None)
             if obj is not None:
@@ -833,10 +902,11 @@ class VerbsBackend:
                 self._regions.remove(region)
                 self._registered_bytes -= region.length
 
-    async def create_qp(self, local_ip: str, options: QpOptions, notify: Notify) -> VerbsQp:
+    async def create_qp(self, local_ip: str, options: QpOptions, notify: Notify,
+                        qp_type: QpType = QpType.RC, psn: int | None = None) -> VerbsQp:
         self._check_open("create_qp")
         entry = self._entry_for(local_ip)
-        qp = VerbsQp(self, options, notify, entry, asyncio.get_running_loop())
+        qp = VerbsQp(self, options, notify, entry, asyncio.get_running_loop(), qp_type, psn)
         self._qps.append(qp)
         return qp
 

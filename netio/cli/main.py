@@ -17,7 +17,8 @@ from collections.abc import Sequence
 
 # (subcommand module, one-line help). Modules are imported only when listed
 # here, so a subcommand's heavy imports cost nothing to the others.
-SUBCOMMANDS: tuple[str, ...] = ("decode", "scenario", "pingpong", "perftest", "doctor")
+SUBCOMMANDS: tuple[str, ...] = ("decode", "scenario", "pingpong", "perftest", "bench",
+                               "doctor")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,7 +31,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Subcommands whose options may come after their positional words (perftest's habit:
+# ``netio bench write_bw -s 4096 HOST:PORT``); they parse their own arguments with
+# argparse's intermixed parsing, which a parser with subcommands cannot use.
+INTERMIXED: tuple[str, ...] = ("bench",)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words and words[0] in INTERMIXED:
+        module = importlib.import_module(f"netio.cli.{words[0]}")
+        direct: int = module.main(words[1:])
+        return direct
     args = build_parser().parse_args(argv)
     code: int = args.func(args)
     return code

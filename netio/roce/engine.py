@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import ipaddress
 import itertools
-from collections import deque
 from dataclasses import dataclass
 
 from netio.errors import DecodeError, EncodeError, RoceError
+from netio.roce.attributes import RECEIVE_STATES, SEND_STATES
 from netio.roce.completer import Completer
 from netio.roce.memory import ProtectionDomain
-from netio.roce.qp import RECEIVE_STATES, SEND_STATES, QpType, QueuePair, check_recv_wr
-from netio.roce.verbs import Completion, IpAddress, RecvWr
+from netio.roce.ports import QpPort
+from netio.roce.qp import QpType, QueuePair
+from netio.roce.queues import CompletionQueue, SharedReceiveQueue
+from netio.roce.verbs import Completion, IpAddress
 from netio.wire.bth import Bth, Transport
 from netio.wire.ext import Aeth, AtomicAckEth, AtomicEth, Deth, ImmDt, Reth
 from netio.wire.icrc import compute_icrc, verify_icrc
@@ -63,48 +65,6 @@ class EngineStats:
     dropped_unknown_qp: int = 0
     dropped_state: int = 0
     dropped_response: int = 0
-
-
-class CompletionQueue:
-    """A completion queue; read it with ``RoceEngine.poll_cq`` or ``poll``."""
-
-    def __init__(self) -> None:
-        self._entries: deque[Completion] = deque()
-
-    def push(self, completion: Completion) -> None:
-        self._entries.append(completion)
-
-    def poll(self, max_entries: int = 16) -> list[Completion]:
-        """Remove and return up to ``max_entries`` completions, oldest first."""
-        out: list[Completion] = []
-        entries = self._entries
-        while entries and len(out) < max_entries:
-            out.append(entries.popleft())
-        return out
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
-class SharedReceiveQueue:
-    """A shared receive queue (IBTA §10.2.9.5): receives consumed by any attached QP."""
-
-    def __init__(self, pd: ProtectionDomain) -> None:
-        self.pd = pd
-        self._wrs: deque[RecvWr] = deque()
-
-    def post_recv(self, wr: RecvWr) -> None:
-        check_recv_wr(wr)
-        self._wrs.append(wr)
-
-    def take(self) -> RecvWr | None:
-        return self._wrs.popleft() if self._wrs else None
-
-    def give_back(self, wr: RecvWr) -> None:
-        self._wrs.appendleft(wr)
-
-    def __len__(self) -> int:
-        return len(self._wrs)
 
 
 def _ip(value: IpAddress | str) -> IpAddress:
@@ -166,14 +126,15 @@ class RoceEngine:
     def poll_cq(self, cq: CompletionQueue, max_entries: int = 16) -> list[Completion]:
         return cq.poll(max_entries)
 
-    def qp_changed(self, qp: QueuePair) -> None:
+    def qp_changed(self, qp: QpPort) -> None:
         """A QP may have new packets to send (new WR, window opened, retry)."""
-        if qp.qp_num in self._qps:
-            self._ready[qp.qp_num] = qp
+        mine = self._qps.get(qp.qp_num)
+        if mine is not None:
+            self._ready[qp.qp_num] = mine
 
     # -- output --------------------------------------------------------------------------
 
-    def transmit(self, qp: QueuePair, dst_ip: IpAddress | None, bth: Bth, payload: bytes, *,
+    def transmit(self, qp: QpPort, dst_ip: IpAddress | None, bth: Bth, payload: bytes, *,
                  reth: Reth | None = None, aeth: Aeth | None = None,
                  atomic_eth: AtomicEth | None = None, atomic_ack_eth: AtomicAckEth | None = None,
                  imm_dt: ImmDt | None = None, deth: Deth | None = None) -> None:

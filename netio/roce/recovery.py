@@ -18,13 +18,9 @@ go-back-N (IBTA vol 1 §9.7.5.1 and §9.7.6; Linux rxe ``rxe_comp.c`` retry hand
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from netio.roce.ports import RequesterPort
 from netio.roce.verbs import WcStatus
 from netio.wire.ext import rnr_timer_ns
-
-if TYPE_CHECKING:
-    from netio.roce.requester import Requester
 
 INFINITE_RNR_RETRY = 7
 
@@ -32,7 +28,7 @@ INFINITE_RNR_RETRY = 7
 class Recovery:
     """Timers and retry accounting of one requester (rxe ``qp->comp`` retry fields)."""
 
-    def __init__(self, requester: Requester) -> None:
+    def __init__(self, requester: RequesterPort) -> None:
         self.req = requester
         self.reset()
 

@@ -18,17 +18,14 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from netio.roce.memory import gather
+from netio.roce.ports import QpPort
 from netio.roce.psn import psn_add, psn_diff, psn_in_range
 from netio.roce.recovery import Recovery
 from netio.roce.verbs import ATOMICS, READ_OR_ATOMIC, SendWr, WcStatus, WrOpcode
 from netio.wire.bth import OPCODE_TABLE, Bth, Opcode, Operation, Position, Transport
 from netio.wire.ext import AtomicEth, Deth, ImmDt, Reth
-
-if TYPE_CHECKING:
-    from netio.roce.qp import QueuePair
 
 MAX_PKTS_PER_ACK = 64  # rxe RXE_MAX_PKT_PER_ACK
 QKEY_USE_QP_BIT = 0x8000_0000  # IBTA §10.2.5: a WR Q_Key with the high bit set means "use the QP's"
@@ -84,7 +81,7 @@ class SendWqe:
 class Requester:
     """Send queue state of one QP (rxe ``qp->req``)."""
 
-    def __init__(self, qp: QueuePair) -> None:
+    def __init__(self, qp: QpPort) -> None:
         self.qp = qp
         self.recovery = Recovery(self)
         self.wqes: deque[SendWqe] = deque()
@@ -112,7 +109,7 @@ class Requester:
     def flush(self) -> None:
         """Complete every outstanding WR with WR_FLUSH_ERR (QP entered ERR)."""
         while self.wqes:
-            self.qp._complete_send(self.wqes.popleft().wr, WcStatus.WR_FLUSH_ERR, force=True)
+            self.qp.complete_send(self.wqes.popleft().wr, WcStatus.WR_FLUSH_ERR, force=True)
         self.cursor = 0
         self.cursor_pkt = 0
         self.rd_atomic_inflight = 0
@@ -132,7 +129,7 @@ class Requester:
             self.cursor -= 1
         else:
             self.cursor_pkt = 0
-        self.qp._complete_send(wqe.wr, status)
+        self.qp.complete_send(wqe.wr, status)
 
     def fail(self, status: WcStatus) -> None:
         """Complete the oldest WQE with an error and move the QP to ERR (C10-26)."""
@@ -140,7 +137,7 @@ class Requester:
             wqe = self.wqes.popleft()
             if wqe.rd_atomic and wqe.started:
                 self.rd_atomic_inflight -= 1
-            self.qp._complete_send(wqe.wr, status, force=True)
+            self.qp.complete_send(wqe.wr, status, force=True)
         self.qp.enter_error()
 
     def seek(self, psn: int) -> None:

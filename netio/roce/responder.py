@@ -19,10 +19,10 @@ from __future__ import annotations
 import ipaddress
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from netio.api.types import Access
 from netio.roce.memory import MemoryRegion, RemoteAccessError, scatter
+from netio.roce.ports import QpPort
 from netio.roce.psn import psn_add, psn_diff, psn_in_range
 from netio.roce.verbs import (
     ATOMIC_OPERAND_BYTES,
@@ -38,9 +38,6 @@ from netio.wire.bth import Bth, Opcode, Operation, Position, Transport
 from netio.wire.ext import Aeth, AtomicAckEth, NakCode
 from netio.wire.ip import Ecn, IpProto, Ipv4, Ipv6
 from netio.wire.packet import RoceHeaders
-
-if TYPE_CHECKING:
-    from netio.roce.qp import QueuePair
 
 GRH_BYTES = 40  # verbs puts a GRH (or, for RoCEv2 over IPv4, 20 bytes + the IPv4 header) first
 _U64 = (1 << 64) - 1
@@ -92,7 +89,7 @@ class _AtomicResource:
 class Responder:
     """Receive-side state of one QP (rxe ``qp->resp``)."""
 
-    def __init__(self, qp: QueuePair) -> None:
+    def __init__(self, qp: QpPort) -> None:
         self.qp = qp
         self.resources: deque[_ReadResource | _AtomicResource] = deque()
         self.reset(0)
@@ -107,6 +104,8 @@ class Responder:
         self.duplicates = 0  # statistics
         self.out_of_sequence = 0
         self.rnr_naks_sent = 0
+        self.invalid_requests = 0
+        self.last_error = ""  # why the last request was refused
 
     def flush(self) -> None:
         ctx, self.ctx = self.ctx, None
@@ -141,9 +140,12 @@ class Responder:
     def _nak(self, psn: int, code: NakCode) -> None:
         self._reply(Opcode.RC_ACKNOWLEDGE, psn, Aeth.nak(self.msn, code))
 
-    def _reject(self, psn: int, *, rc: bool) -> None:
+    def _reject(self, psn: int, *, rc: bool, reason: str) -> None:
         """A malformed request: RC NAKs it as an invalid request (class C); UC, which
-        has no NAKs, drops the rest of the message (RC: IBTA §9.9.3.1.3)."""
+        has no NAKs, drops the rest of the message (RC: IBTA §9.9.3.1.3). ``reason`` is
+        kept in ``last_error`` (counted in ``invalid_requests``) for the diagnosis."""
+        self.invalid_requests += 1
+        self.last_error = reason
         if rc:
             self._class_c_error(psn, NakCode.INVALID_REQUEST, WcStatus.REM_INV_REQ_ERR)
         else:
@@ -173,13 +175,20 @@ class Responder:
             self.qp.return_recv(ctx.recv)
 
     @staticmethod
-    def _length_ok(position: Position, size: int, mtu: int) -> bool:
-        """Payload length rules of IBTA §9.7.4.1.6 (rxe ``check_length``)."""
-        if position is Position.ONLY:
-            return size <= mtu
-        if position is Position.LAST:
-            return 0 < size <= mtu
-        return size == mtu
+    @staticmethod
+    def _length_error(position: Position, size: int, mtu: int) -> str:
+        """Why a payload breaks the length rules of IBTA §9.7.4.1.6 (rxe ``check_length``),
+        or "" when it keeps them. A first or middle packet carries exactly the sender's
+        path MTU, so its size tells the sender's MTU."""
+        if position is Position.ONLY or position is Position.LAST:
+            if size > mtu or (position is Position.LAST and size == 0):
+                return (f"payload of {size} bytes in a {position.name.lower()} packet, path "
+                        f"MTU is {mtu}")
+            return ""
+        if size == mtu:
+            return ""
+        return (f"payload of {size} bytes in a {position.name.lower()} packet, path MTU is "
+                f"{mtu}: the peers' MTUs differ (local {mtu}, remote {size})")
 
     # -- RC ------------------------------------------------------------------------------
 
@@ -204,18 +213,21 @@ class Responder:
         ctx = self.ctx
         if ctx is not None:
             if operation is not ctx.operation or position not in (Position.MIDDLE, Position.LAST):
-                self._reject(psn, rc=True)
+                self._reject(psn, rc=True, reason="a packet does not continue the message in "
+                             "progress (opcode sequence)")
                 return
         elif position in (Position.MIDDLE, Position.LAST):
-            self._reject(psn, rc=True)
+            self._reject(psn, rc=True,
+                         reason=f"a {position.name.lower()} packet with no message in progress")
             return
         needed = _OPERATION_ACCESS.get(operation)
         if needed is not None and not self.qp.attrs.access & needed:
-            self._reject(psn, rc=True)
+            self._reject(psn, rc=True, reason=f"{operation.name} is not allowed by the QP's "
+                         f"access flags ({self.qp.attrs.access!r})")
             return
         if operation is Operation.SEND:
             if info.has_invalidate:
-                self._reject(psn, rc=True)
+                self._reject(psn, rc=True, reason="SEND with invalidate is not supported")
                 return
             self._send(hdrs, payload, position, rc=True)
         elif operation is Operation.RDMA_WRITE:
@@ -225,14 +237,14 @@ class Responder:
         elif operation in (Operation.COMPARE_SWAP, Operation.FETCH_ADD):
             self._atomic(hdrs)
         else:
-            self._reject(psn, rc=True)
+            self._reject(psn, rc=True, reason=f"unsupported operation {operation.name}")
 
     def _send(self, hdrs: RoceHeaders, payload: bytes, position: Position, *, rc: bool) -> None:
         bth = hdrs.bth
         psn = bth.psn
         mtu = self.qp.attrs.path_mtu_bytes
-        if not self._length_ok(position, len(payload), mtu):
-            self._reject(psn, rc=rc)
+        if self._length_error(position, len(payload), mtu):
+            self._reject(psn, rc=rc, reason=self._length_error(position, len(payload), mtu))
             return
         ctx = self.ctx
         if ctx is None:
@@ -273,8 +285,9 @@ class Responder:
         bth = hdrs.bth
         psn = bth.psn
         qp = self.qp
-        if not self._length_ok(position, len(payload), qp.attrs.path_mtu_bytes):
-            self._reject(psn, rc=rc)
+        if self._length_error(position, len(payload), qp.attrs.path_mtu_bytes):
+            self._reject(psn, rc=rc,
+                         reason=self._length_error(position, len(payload), qp.attrs.path_mtu_bytes))
             return
         ctx = self.ctx
         if ctx is None:
@@ -282,7 +295,8 @@ class Responder:
             if reth is None:
                 return
             if reth.dma_length > MAX_MESSAGE_BYTES:
-                self._reject(psn, rc=rc)
+                self._reject(psn, rc=rc,
+                             reason=f"RDMA WRITE of {reth.dma_length} bytes exceeds 2**31")
                 return
             mr: MemoryRegion | None = None
             offset = 0
@@ -302,7 +316,8 @@ class Responder:
         if end > ctx.dma_length or (ends and end != ctx.dma_length):
             if rc:
                 self.ctx = ctx
-                self._reject(psn, rc=True)
+                self._reject(psn, rc=True, reason=f"RDMA WRITE payload ends at byte {end}, "
+                             f"the RETH says {ctx.dma_length}")
             else:
                 self._uc_drop()
             return
@@ -348,7 +363,8 @@ class Responder:
         if reth is None:
             return
         if qp.attrs.max_dest_rd_atomic == 0 or reth.dma_length > MAX_MESSAGE_BYTES:
-            self._reject(psn, rc=True)
+            self._reject(psn, rc=True, reason="RDMA READ refused: no READ resources "
+                         "(max_dest_rd_atomic 0) or longer than 2**31")
             return
         mr: MemoryRegion | None = None
         offset = 0
@@ -401,11 +417,13 @@ class Responder:
         if a is None:
             return
         if qp.attrs.max_dest_rd_atomic == 0:
-            self._reject(psn, rc=True)
+            self._reject(psn, rc=True,
+                         reason="atomic refused: no atomic resources (max_dest_rd_atomic 0)")
             return
         if a.virtual_address % ATOMIC_OPERAND_BYTES:
             # rxe RESPST_ERR_MISALIGNED_ATOMIC: NAK invalid request (class C).
-            self._reject(psn, rc=True)
+            self._reject(psn, rc=True,
+                         reason=f"atomic at address {a.virtual_address:#x} is not 8-byte aligned")
             return
         verdict, mr, offset = qp.pd.check_remote(a.rkey, a.virtual_address,
                                                  ATOMIC_OPERAND_BYTES, Access.REMOTE_ATOMIC)
@@ -526,7 +544,7 @@ class Responder:
                             WcOpcode.RECV, deth.src_qp, WcFlags.GRH)
 
 
-def _grh_bytes(src_ip: IpAddress, qp: QueuePair, payload_bytes: int) -> bytes:
+def _grh_bytes(src_ip: IpAddress, qp: QpPort, payload_bytes: int) -> bytes:
     """The 40 bytes verbs places before UD data: for IPv4, 20 zero bytes and the IPv4
     header (as rxe does); for IPv6, the IPv6 header."""
     local = qp.engine.local_ip

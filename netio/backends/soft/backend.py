@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from netio.api.types import Access, Completion, WcOpcode
+from netio.api.types import Access, Completion, QpType, WcOpcode
 from netio.backends.base import (
     Description,
     Notify,
@@ -32,8 +32,8 @@ from netio.errors import RoceError
 from netio.roce.engine import CompletionQueue, RoceEngine
 from netio.roce.link import LinkFaults
 from netio.roce.memory import MemoryRegion, ProtectionDomain, Sge
-from netio.roce.qp import QpAttributes, QpState, QpType, QueuePair
-from netio.roce.verbs import RecvWr, SendWr
+from netio.roce.qp import QpAttributes, QpState, QueuePair
+from netio.roce.verbs import RecvWr, SendWr, UdAddress
 
 #: The soft engine segments at any IB MTU; it offers the largest and lets the
 #: exchange agree on the smaller of the two sides.
@@ -65,7 +65,7 @@ class SoftRegion:
 
 def mapped_gid(ip: ipaddress.IPv4Address) -> str:
     """The RoCEv2 GID of an IPv4 address (``::ffff:a.b.c.d``, IBTA A17.4.5.1)."""
-    return str(ipaddress.IPv6Address(b"\0" * 10 + b"\xff\xff" + ip.packed))
+    return f"::ffff:{ip}"  # the dotted form people and rdma-core's tools print
 
 
 def gid_ip(gid: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
@@ -88,18 +88,22 @@ class SoftQp:
     """A soft-engine RC QP; see :class:`netio.backends.base.BackendQp`."""
 
     def __init__(self, backend: SoftBackend, driver: SoftRoceDriver, options: QpOptions,
-                 notify: Notify) -> None:
+                 notify: Notify, qp_type: QpType = QpType.RC, psn: int | None = None) -> None:
         self._backend = backend
         self._driver = driver
         self._options = options
         self._notify = notify
         engine = driver.engine
         self._cq: CompletionQueue = engine.create_cq()
-        self._qp: QueuePair = engine.create_qp(backend.pd, QpType.RC, self._cq)
-        self._psn = random.getrandbits(24)
+        self._qp: QueuePair = engine.create_qp(backend.pd, QpType(qp_type), self._cq)
+        self._psn = random.getrandbits(24) if psn is None else psn & 0xFFFFFF
         self._closed = False
         self._posted: deque[tuple[int, MemoryRegion | None]] = deque()
         driver.add_progress_callback(notify)
+        if qp_type is QpType.UD:  # a UD QP needs no peer to reach RTS
+            attrs = self._attrs(None, SOFT_MAX_MTU_BYTES)
+            for state in (QpState.INIT, QpState.RTR, QpState.RTS):
+                self._qp.modify(state, attrs)
 
     @property
     def qpn(self) -> int:
@@ -115,13 +119,21 @@ class SoftQp:
         return QpAddress(Transport.ROCE, mapped_gid(ip), self.qpn, self._psn,
                          SOFT_MAX_MTU_BYTES, 0, "RoCEv2", "soft", "")
 
-    async def connect(self, remote: QpAddress, mtu_bytes: int, stream: object) -> None:
+    def _attrs(self, remote: QpAddress | None, mtu_bytes: int) -> QpAttributes:
         o = self._options
-        attrs = QpAttributes(
-            dest_qp_num=remote.qpn, sq_psn=self._psn, rq_psn=remote.psn,
-            path_mtu_bytes=mtu_bytes, timeout=o.timeout, retry_cnt=o.retry_count,
-            rnr_retry=o.rnr_retry, min_rnr_timer=o.min_rnr_timer,
-            remote_ip=gid_ip(remote.gid), dscp=o.traffic_class >> 2, ecn=o.traffic_class & 3)
+        return QpAttributes(
+            dest_qp_num=remote.qpn if remote else 0, sq_psn=self._psn,
+            rq_psn=remote.psn if remote else 0, path_mtu_bytes=mtu_bytes, timeout=o.timeout,
+            retry_cnt=o.retry_count, rnr_retry=o.rnr_retry, min_rnr_timer=o.min_rnr_timer,
+            max_rd_atomic=o.max_rd_atomic, max_dest_rd_atomic=o.max_rd_atomic, qkey=o.qkey,
+            remote_ip=gid_ip(remote.gid) if remote else None, dscp=o.traffic_class >> 2,
+            ecn=o.traffic_class & 3, access=o.access)
+
+    async def connect(self, remote: QpAddress, mtu_bytes: int, stream: object = None) -> None:
+        if self._qp.qp_type is QpType.UD:
+            raise RoceError("a datagram (UD) endpoint is not connected; give each send its "
+                            "destination")
+        attrs = self._attrs(remote, mtu_bytes)
         qp = self._qp
         qp.modify(QpState.INIT, attrs)
         qp.modify(QpState.RTR, attrs)
@@ -150,8 +162,9 @@ class SoftQp:
                 pos += sge.length
             copy = self._backend.pd.register(data, Access.LOCAL_WRITE)
             sges = (Sge(copy, 0, len(data)),)
+        ud = None if r.ud is None else UdAddress(gid_ip(r.ud.gid), r.ud.qpn, r.ud.qkey)
         return SendWr(r.wr_id, r.opcode, sges, r.remote_addr, r.rkey, r.imm_data,
-                      r.compare_add, r.swap, r.signaled), copy
+                      r.compare_add, r.swap, r.signaled, ud=ud), copy
 
     def _release_through(self, wr_id: int) -> None:
         """A send completed: it and everything posted before it are done (RC order)."""
@@ -184,6 +197,9 @@ class SoftQp:
         out.update({f"driver_{k}": v for k, v in dataclasses.asdict(self._driver.stats).items()
                     if isinstance(v, int)})
         return out
+
+    def diagnosis(self) -> str:
+        return self._qp.responder.last_error
 
     async def close(self) -> None:
         if self._closed:
@@ -234,8 +250,9 @@ class SoftBackend:
             self._drivers[ip] = driver
         return driver
 
-    async def create_qp(self, local_ip: str, options: QpOptions, notify: Notify) -> SoftQp:
-        return SoftQp(self, self.driver_for(local_ip), options, notify)
+    async def create_qp(self, local_ip: str, options: QpOptions, notify: Notify,
+                        qp_type: QpType = QpType.RC, psn: int | None = None) -> SoftQp:
+        return SoftQp(self, self.driver_for(local_ip), options, notify, qp_type, psn)
 
     def describe(self) -> Description:
         ips = list(self._drivers) or (

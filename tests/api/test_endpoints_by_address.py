@@ -1,0 +1,118 @@
+"""Endpoints whose addresses the caller exchanges itself (as NIXL and Mooncake users
+swap metadata): RC and UC connected with ``connect_to``, UD datagrams with a
+destination per send. The expected GRH layout is the verbs rule for RoCEv2 over IPv4
+(IBTA A17.4.5.2 as rxe implements it): 20 zero bytes, then the IPv4 header, then data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+
+import numpy as np
+import pytest
+
+import netio
+from netio.backends.base import UdDest
+from tests.api.conftest import soft_addresses
+
+IBV_WC_SUCCESS = 0
+IBV_WC_RECV = 128
+GRH_BYTES = 40
+
+
+def _pair() -> tuple[netio.Context, netio.Context, str, str]:
+    a_ip, b_ip = soft_addresses()
+    return (netio.open("soft", local_addr=a_ip, qkey=0x11111111),
+            netio.open("soft", local_addr=b_ip, qkey=0x11111111), a_ip, b_ip)
+
+
+@pytest.mark.parametrize("kind", ["rc", "uc"])
+def test_connected_endpoints_from_exchanged_addresses(kind: str) -> None:
+    async def main() -> None:
+        a, b, a_ip, b_ip = _pair()
+        async with a, b:
+            ea = await a.endpoint(kind, peer=b_ip, psn=0xFFFFF0)  # wraps the 24-bit PSN
+            eb = await b.endpoint(kind, peer=a_ip)
+            assert ea.address.psn == 0xFFFFF0 and ea.address.gid == f"::ffff:{a_ip}"
+            await ea.connect_to(eb.address, mtu_bytes=1024)
+            await eb.connect_to(ea.address, mtu_bytes=1024)
+            assert ea.path.mtu_bytes == eb.path.mtu_bytes == 1024
+            target = np.zeros(20000, dtype=np.uint8)
+            remote = netio.RemoteRegion.from_descriptor(b.register(target).descriptor())
+            src = np.random.default_rng(1).integers(0, 256, 20000, dtype=np.uint8)
+            local = a.register(src)
+            await ea.write(local, remote.whole())
+            inbox = bytearray(100)
+            got = eb.recv(b.register(inbox))
+            await ea.send(local[0:100], imm=5)
+            c = await got
+            assert (c.status, c.opcode, c.imm_data) == (IBV_WC_SUCCESS, IBV_WC_RECV, 5)
+            assert np.array_equal(target, src) and inbox == src[:100].tobytes()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_path_mtu_mismatch_is_named_on_both_sides() -> None:
+    """IBTA §9.7.4.1.6: first and middle packets carry exactly the path MTU, so a
+    responder at 1024 refuses a sender at 4096 and can tell the sender's MTU."""
+    async def main() -> None:
+        a, b, a_ip, b_ip = _pair()
+        async with a, b:
+            ea = await a.endpoint("rc", peer=b_ip)
+            eb = await b.endpoint("rc", peer=a_ip)
+            await ea.connect_to(eb.address)  # 4096
+            await eb.connect_to(ea.address, mtu_bytes=1024)
+            waiting = eb.recv(b.register(bytearray(64)))
+            remote = netio.RemoteRegion.from_descriptor(
+                b.register(bytearray(10000)).descriptor())
+            with pytest.raises(netio.RemoteInvalidRequest) as sender:
+                await ea.write(a.register(bytearray(10000)), remote.whole())
+            assert "path MTU" in sender.value.hint
+            with pytest.raises(netio.FlushedError) as receiver:
+                await waiting
+            assert ("payload of 4096 bytes in a first packet, path MTU is 1024: the peers' "
+                    "MTUs differ (local 1024, remote 4096)") in receiver.value.hint
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_datagrams_carry_the_grh_first() -> None:
+    async def main() -> None:
+        a, b, a_ip, b_ip = _pair()
+        async with a, b:
+            ea = await a.endpoint("ud", peer=b_ip)
+            eb = await b.endpoint("ud", peer=a_ip)
+            inbox = bytearray(GRH_BYTES + 256)
+            got = eb.recv(b.register(inbox))
+            payload = bytes(range(200))
+            dest = UdDest(eb.address.gid, eb.address.qpn, 0x11111111)
+            await ea.send(a.register(bytearray(payload)), dest=dest)
+            c = await got
+            assert c.byte_len == GRH_BYTES + 200 and c.src_qp == ea.address.qpn
+            assert inbox[:20] == bytes(20)
+            ip = inbox[20:40]
+            assert ip[0] == 0x45 and ip[9] == 17  # IPv4, 20-byte header, UDP
+            assert ipaddress.IPv4Address(bytes(ip[12:16])) == ipaddress.IPv4Address(a_ip)
+            assert ipaddress.IPv4Address(bytes(ip[16:20])) == ipaddress.IPv4Address(b_ip)
+            assert inbox[40:240] == payload
+            # a wrong Q_Key is dropped silently (IBTA §10.2.4): nothing arrives
+            late = eb.recv(b.register(bytearray(GRH_BYTES + 16)))
+            await ea.send(a.register(bytearray(8)),
+                          dest=UdDest(eb.address.gid, eb.address.qpn, 0x22222222))
+            await asyncio.sleep(0.2)
+            assert not late.done()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_tcp_backend_says_it_is_rc_only() -> None:
+    with netio.open("tcp") as ctx, pytest.raises(netio.NetioError, match="RC"):
+        ctx.endpoint("ud").wait(5)
+
+
+def test_unknown_endpoint_type_and_backend_option() -> None:
+    with netio.open("tcp") as ctx, pytest.raises(netio.IoError, match="rc, uc, ud"):
+        ctx.endpoint("rd")
+    with pytest.raises(netio.IoError, match=r"faults.*tcp backend"):
+        netio.open("tcp", faults=None)
