@@ -209,12 +209,13 @@ async def server(peer: str, port: int) -> None:
         assert await ctrl.recv() == "done"
         assert s.qp is not None
         await s.qp.close()
-    # peer gone: close our QP, then the client writes to it
-    s = await make_pair(backend, ctrl, local_ip)
-    assert s.qp is not None
-    await s.qp.close()
-    await ctrl.send("gone")
-    assert await ctrl.recv() == "done"
+    # peer gone (twice: short timers, then the defaults): close our QP, the client writes
+    for _case in ("short", "defaults"):
+        s = await make_pair(backend, ctrl, local_ip)
+        assert s.qp is not None
+        await s.qp.close()
+        await ctrl.send("gone")
+        assert await ctrl.recv() == "done"
 
     # close with receives in flight, on this side
     s = Side()
@@ -571,18 +572,24 @@ async def client(peer: str, port: int) -> None:
     await s.qp.close()
     await ctrl.send("done")
 
-    s = await make_pair(backend, ctrl, local_ip, QpOptions(timeout=8, retry_count=1))
-    assert s.qp is not None
-    assert await ctrl.recv() == "gone"
-    t0 = time.monotonic()
-    s.qp.post_send([SendRequest(1040, WrOpcode.RDMA_WRITE, (seg(r_src, 0, 8),),
-                                remote_addr=tgt["addr"], rkey=tgt["rkey"])])
-    got = await s.take(1, timeout_s=60)
-    check("WRITE to a peer whose QP is gone -> RETRY_EXC_ERR",
-          [(c.wr_id, c.status) for c in got] == [(1040, WcStatus.RETRY_EXC_ERR)],
-          f"{got} after {time.monotonic() - t0:.2f} s")
-    await s.qp.close()
-    await ctrl.send("done")
+    for options, bound_s in ((QpOptions(timeout=8, retry_count=1), 30.0),
+                             (QpOptions(), 10.0)):
+        # the defaults: retry_count 7, which rxe would retry for ever; netio uses 6 there
+        s = await make_pair(backend, ctrl, local_ip, options)
+        assert s.qp is not None
+        assert await ctrl.recv() == "gone"
+        t0 = time.monotonic()
+        s.qp.post_send([SendRequest(1040, WrOpcode.RDMA_WRITE, (seg(r_src, 0, 8),),
+                                    remote_addr=tgt["addr"], rkey=tgt["rkey"])])
+        got = await s.take(1, timeout_s=bound_s)
+        took_s = time.monotonic() - t0
+        figure(f"peer_gone_timeout{options.timeout}_retry{options.retry_count}_s", took_s)
+        check(f"WRITE to a peer whose QP is gone -> RETRY_EXC_ERR (timeout {options.timeout}, "
+              f"retry_count {options.retry_count})",
+              [(c.wr_id, c.status) for c in got] == [(1040, WcStatus.RETRY_EXC_ERR)],
+              f"{got} after {took_s:.2f} s")
+        await s.qp.close()
+        await ctrl.send("done")
 
     # close with work in flight: the QP of the main pair, 30 receives and 30 WRITEs
     qp.post_recv([RecvRequest(2000 + i, (seg(r_dst, i * 64, 64),)) for i in range(30)])
