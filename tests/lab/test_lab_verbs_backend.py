@@ -216,3 +216,15 @@ def test_readme_example_over_verbs_between_guests(lab2: Any) -> None:
     assert "__EXIT=0" in client and "__EXIT=0" in server, f"{client}\n{server}"
     assert "the array holds the 4194304 written bytes" in server
     assert "after the server left" in client and "RETRY_EXC_ERR" in client
+
+
+def test_rc_uc_ud_endpoints_by_address_in_a_guest(lab2: Any) -> None:
+    """Context.endpoint("rc"/"uc"/"ud") + connect_to over verbs (one guest, rxe0): WRITE and
+    SEND with imm on RC and UC, UC refuses READ, UD receives start with the 40-byte GRH
+    and a wrong Q_Key is dropped."""
+    g0 = lab2.guest("g0")
+    _rc, raw = lab2.run(g0, f"{GUEST_ENV} python3 tests/lab/verbs_endpoints_guest.py {g0.ip}; "
+                            f"echo __EXIT=$?", timeout=300)
+    out = raw.decode(errors="replace")
+    assert "__EXIT=0" in out, out
+    assert len(re.findall(r"^CHECK ok", out, re.M)) == 8, out
