@@ -203,7 +203,8 @@ def test_soft_on_the_host_with_verbs_in_a_guest(lab2: Any, verbs_role: str) -> N
 def test_readme_example_over_verbs_between_guests(lab2: Any) -> None:
     """examples/write_into_numpy.py, unchanged, with --backend verbs: server in g0, client
     in g1; the bytes land in the server's numpy array and the client's WRITE after the
-    server left ends in RetryExceeded (rxe's retry_count 7 would never end: netio uses 6)."""
+    server left ends in RetryExceeded (rxe's retry_count 7 would never end: netio uses 6),
+    unless the server was still there (see below)."""
     g0, g1 = lab2.guest("g0"), lab2.guest("g1")
     example = "examples/write_into_numpy.py --backend verbs"
     lab2.run_bg(g0, f"{GUEST_ENV} python3 {example.replace('--', 'server --', 1)} "
@@ -214,9 +215,15 @@ def test_readme_example_over_verbs_between_guests(lab2: Any) -> None:
     client = raw.decode(errors="replace")
     _rc, raw = lab2.run(g0, "cat /tmp/verbs-example.log", timeout=30)
     server = raw.decode(errors="replace")
-    assert "__EXIT=0" in client and "__EXIT=0" in server, f"{client}\n{server}"
+    assert "__EXIT=0" in server, f"{client}\n{server}"
     assert "the array holds the 4194304 written bytes" in server
-    assert "after the server left" in client and "RETRY_EXC_ERR" in client
+    assert "client: wrote 4194304 bytes" in client, client
+    # The example's last step assumes the server has exited 1 s after "done"; a loaded TCG
+    # guest can take longer to check 4 MiB and exit, and the WRITE then still lands. The
+    # vanished-peer error itself is checked without that race in verbs_guest.py.
+    if "a WRITE to a departed peer succeeded?" not in client:
+        assert "__EXIT=0" in client, client
+        assert "after the server left" in client and "RETRY_EXC_ERR" in client, client
 
 
 def test_rc_uc_ud_endpoints_by_address_in_a_guest(lab2: Any) -> None:
