@@ -34,7 +34,7 @@ EXIT_INFEASIBLE = 1
 EXIT_USAGE = 2
 EXIT_INPUT = 3
 
-COMMANDS = ("infer",)
+COMMANDS = ("infer", "sweep")
 
 
 def _positive(text: str) -> int:
@@ -55,6 +55,16 @@ def _count(text: str) -> int:
     if v < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, not {v}")
     return v
+
+
+def _counts(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of integers") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"need counts >= 1, not {text!r}")
+    return values
 
 
 def _fraction(text: str) -> float:
@@ -107,12 +117,40 @@ def add_parsers(sub: Any, train_parser: argparse.ArgumentParser) -> None:
                    help="also time prefill on separate workers and the KV transfer")
     i.add_argument("--json", action="store_true", help="print one JSON document")
 
+    s = sub.add_parser("sweep", help="every layout of MODEL on SYSTEM: infeasible counts "
+                       "and the Pareto frontier")
+    s.add_argument("model")
+    s.add_argument("system")
+    s.add_argument("--accelerators", type=_counts, required=True,
+                   help="accelerator count(s), comma-separated")
+    s.add_argument("--mode", choices=("train", "infer"), default="train")
+    s.add_argument("--execution", default=None,
+                   help="train: the execution whose global batch, data types, attention "
+                   "and overlap the sweep keeps (default: a built-in bf16, FlashAttention, "
+                   "global batch 512 base)")
+    s.add_argument("--input-tokens", type=_positive, default=1024)
+    s.add_argument("--output-tokens", type=_positive, default=1024)
+    s.add_argument("--weight-dtype", choices=list(DTYPE_BYTES), default="fp8")
+    s.add_argument("--kv-dtype", choices=list(DTYPE_BYTES), default="fp8")
+    s.add_argument("--acceptance", type=_fraction, default=None,
+                   help="infer: also sweep speculative draft lengths 1..8 at this "
+                   "acceptance rate")
+    s.add_argument("--draft-cost", type=_nonneg_float, default=0.05,
+                   help="infer: draft cost per drafted token as a fraction of a decode step")
+    s.add_argument("--price-per-accelerator-hour", type=_nonneg_float, default=0.0,
+                   help="cost in money (default: accelerator-seconds)")
+    s.add_argument("--plot", metavar="PREFIX",
+                   help="write PREFIX-frontier.png and PREFIX-breakdown.png")
+    s.add_argument("--json", action="store_true", help="print one JSON document")
+
 
 def run(args: argparse.Namespace) -> int:
     """Run one part-2 subcommand; input errors are one line naming the file and key."""
     try:
         if args.command == "infer":
             return _infer(args)
+        if args.command == "sweep":
+            return _sweep(args)
     except ModelInputError as exc:
         print(f"netio-model: {exc}", file=sys.stderr)
         return EXIT_INPUT
@@ -143,3 +181,43 @@ def _infer(args: argparse.Namespace) -> int:
               disaggregate=args.disaggregate)
     print(json.dumps(r.to_json_dict(), indent=1) if args.json else r.to_text())
     return EXIT_OK if r.feasible else EXIT_INFEASIBLE
+
+
+#: The execution a training sweep keeps when none is given: bf16 with fp32 gradient
+#: reduction, FlashAttention, gradient reduction overlapped, global batch 512.
+DEFAULT_SWEEP_BASE = {
+    "tensor_parallel": 1, "pipeline_parallel": 1, "interleave": 1, "data_parallel": 1,
+    "expert_parallel": 1, "context_parallel": 1, "sequence_parallel": False, "zero_stage": 1,
+    "micro_batch_size": 1, "global_batch_size": 512, "recompute": "selective",
+    "attention": "flash", "compute_dtype": "bf16", "grad_reduce_dtype": "fp32",
+    "overlap_grad_reduce": True, "overlap_tp_comm": False}
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from netio.model.schema import execution_from_dict, load_execution
+    from netio.model.sweep import sweep_infer, sweep_train
+
+    system, model = load_system(args.system), load_model(args.model)
+    if args.mode == "train":
+        base = (load_execution(args.execution) if args.execution
+                else execution_from_dict(DEFAULT_SWEEP_BASE, "<default sweep execution>"))
+        result = sweep_train(system, model, args.accelerators, base,
+                             args.price_per_accelerator_hour)
+    else:
+        spec = (Speculation(acceptance_rate=args.acceptance, cost_ratio=args.draft_cost)
+                if args.acceptance is not None else None)
+        result = sweep_infer(system, model, args.accelerators,
+                             Request(args.input_tokens, args.output_tokens),
+                             Serving(weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype),
+                             spec, args.price_per_accelerator_hour)
+    print(json.dumps(result.to_json_dict(), indent=1) if args.json else result.to_text())
+    if args.plot:
+        from netio.model.sweep_plot import plot_sweep
+
+        try:
+            plot_sweep(result, args.plot)
+        except OSError as exc:
+            print(f"netio-model: {args.plot}: cannot write: {exc.strerror or exc}",
+                  file=sys.stderr)
+            return EXIT_USAGE
+    return EXIT_OK if result.feasible else EXIT_INFEASIBLE

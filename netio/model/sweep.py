@@ -189,16 +189,18 @@ class SweepResult:
                      f"{', '.join(self.objectives)}:")
         if self.frontier:
             keys = [k for k in self.frontier[0] if k not in ("breakdown_s",)]
-            lines.append("  ".join(f"{k:>14}" for k in keys))
+            widths = [max(len(k), 9) for k in keys]
+            lines.append(" ".join(f"{k:>{w}}" for k, w in zip(keys, widths, strict=True)))
             for f in self.frontier:
-                lines.append("  ".join(_cell(f[k]) for k in keys))
+                lines.append(" ".join(_cell(f[k], w) for k, w in zip(keys, widths,
+                                                                     strict=True)))
         return "\n".join(lines)
 
 
-def _cell(v: object) -> str:
+def _cell(v: object, width: int) -> str:
     if isinstance(v, float):
-        return f"{v:>14.4g}"
-    return f"{v!s:>14}"
+        return f"{v:>{width}.4g}"
+    return f"{v!s:>{width}}"
 
 
 def _counts(codes: IntArray, names: dict[Infeasible, str] | dict[InferInfeasible, str]

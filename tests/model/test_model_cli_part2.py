@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -35,3 +36,24 @@ def test_infer_infeasible_usage_and_input_errors(capsys: pytest.CaptureFixture[s
     assert main(["infer", "dgx-h100", "no-such-model", "--input-tokens", "1",
                  "--output-tokens", "1"]) == EXIT_INPUT
     assert "no-such-model: no such file" in capsys.readouterr().err
+
+
+def test_sweep_train_and_infer_json_and_plots(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    prefix = tmp_path / "s"
+    assert main(["sweep", "llama3-8b", "dgx-h100", "--accelerators", "8,16", "--json",
+                 "--plot", str(prefix), "--price-per-accelerator-hour", "2"]) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["kind"] == "train" and doc["accelerators"] == [8, 16]
+    assert doc["feasible_layouts"] + sum(doc["infeasible_layouts_by_reason"].values()) \
+        == doc["evaluated_layouts"]
+    assert doc["frontier"] and "cost_per_step_usd" in doc["frontier"][0]
+    for name in ("s-frontier.png", "s-breakdown.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["sweep", "llama3-70b", "dgx-h100", "--accelerators", "8", "--mode", "infer",
+                 "--acceptance", "0.7"]) == EXIT_OK
+    text = capsys.readouterr().out
+    assert "Pareto frontier" in text and "draft_tokens" in text
+    with pytest.raises(SystemExit) as exc:
+        main(["sweep", "llama3-8b", "dgx-h100", "--accelerators", "0"])
+    assert exc.value.code == EXIT_USAGE
