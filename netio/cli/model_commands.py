@@ -89,6 +89,10 @@ def _nonneg_float(text: str) -> float:
 
 def add_parsers(sub: Any, train_parser: argparse.ArgumentParser) -> None:
     """Register the part-2 subcommands on netio-model's subparsers."""
+    train_parser.add_argument(
+        "--conditions", metavar="REPORT.json",
+        help="also say what the network conditions in a netio-analyze --json report, a "
+        "daemon /api/profile or a fabric profile cost this step")
     i = sub.add_parser("infer", help="serve MODEL on SYSTEM: throughput, latency, memory")
     i.add_argument("system")
     i.add_argument("model")
@@ -151,6 +155,8 @@ def run(args: argparse.Namespace) -> int:
             return _infer(args)
         if args.command == "sweep":
             return _sweep(args)
+        if args.command == "train":
+            return _train_conditions(args)
     except ModelInputError as exc:
         print(f"netio-model: {exc}", file=sys.stderr)
         return EXIT_INPUT
@@ -221,3 +227,30 @@ def _sweep(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return EXIT_USAGE
     return EXIT_OK if result.feasible else EXIT_INFEASIBLE
+
+
+def _train_conditions(args: argparse.Namespace) -> int:
+    from netio.model.conditions import load_conditions, train_what_if
+    from netio.model.schema import load_execution
+    from netio.model.training import train
+
+    system, model = load_system(args.system), load_model(args.model)
+    execution = load_execution(args.execution)
+    conditions = load_conditions(args.conditions)
+    r = train(system, model, execution)
+    w = train_what_if(system, model, execution, conditions)
+    if args.json:
+        print(json.dumps({**r.to_json_dict(), "what_if": w.to_json_dict()}, indent=1))
+    else:
+        print(r.to_text())
+        print(w.to_text())
+    if args.plot:
+        from netio.model.plot import plot_breakdown
+
+        try:
+            plot_breakdown([r], args.plot)
+        except OSError as exc:
+            print(f"netio-model: {args.plot}: cannot write: {exc.strerror or exc}",
+                  file=sys.stderr)
+            return EXIT_USAGE
+    return EXIT_OK if r.feasible else EXIT_INFEASIBLE
