@@ -34,7 +34,7 @@ EXIT_INFEASIBLE = 1
 EXIT_USAGE = 2
 EXIT_INPUT = 3
 
-COMMANDS = ("infer", "sweep")
+COMMANDS = ("infer", "sweep", "calibrate")
 
 
 def _positive(text: str) -> int:
@@ -147,6 +147,16 @@ def add_parsers(sub: Any, train_parser: argparse.ArgumentParser) -> None:
                    help="write PREFIX-frontier.png and PREFIX-breakdown.png")
     s.add_argument("--json", action="store_true", help="print one JSON document")
 
+    c = sub.add_parser("calibrate", help="fit alpha, beta and the efficiency curve of a "
+                       "link from a netio fabric profile; write a system file")
+    c.add_argument("profile", help="a fabric profile (netio bench --profile, the daemon)")
+    c.add_argument("--system", required=True,
+                   help="the system (file or preset) whose NICs the profile measured")
+    c.add_argument("--output", required=True, metavar="SYSTEM.json",
+                   help="where to write the calibrated system")
+    c.add_argument("--name", default=None, help="name of the calibrated system")
+    c.add_argument("--json", action="store_true", help="print one JSON document")
+
 
 def run(args: argparse.Namespace) -> int:
     """Run one part-2 subcommand; input errors are one line naming the file and key."""
@@ -157,6 +167,8 @@ def run(args: argparse.Namespace) -> int:
             return _sweep(args)
         if args.command == "train":
             return _train_conditions(args)
+        if args.command == "calibrate":
+            return _calibrate(args)
     except ModelInputError as exc:
         print(f"netio-model: {exc}", file=sys.stderr)
         return EXIT_INPUT
@@ -254,3 +266,36 @@ def _train_conditions(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return EXIT_USAGE
     return EXIT_OK if r.feasible else EXIT_INFEASIBLE
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from netio.errors import FabricProfileError
+    from netio.fabric_profile import load_fabric_profile
+    from netio.model.calibrate import calibrate_link, calibrated_system, write_system
+
+    try:
+        profile = load_fabric_profile(args.profile)
+    except FabricProfileError as exc:
+        print(f"netio-model: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    base = load_system(args.system)
+    try:
+        link = calibrate_link(profile, args.profile)
+    except ModelInputError as exc:
+        print(f"netio-model: {args.profile}: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    doc = calibrated_system(base, link, args.name)
+    try:
+        write_system(doc, args.output)
+    except OSError as exc:
+        print(f"netio-model: {args.output}: cannot write: {exc.strerror or exc}",
+              file=sys.stderr)
+        return EXIT_USAGE
+    if args.json:
+        print(json.dumps({**link.to_json_dict(), "system_file": str(args.output),
+                          "system_name": doc["name"]}, indent=1))
+    else:
+        print(link.to_text())
+        print(f"wrote {args.output} (system {doc['name']!r}: NICs at "
+              f"{link.bandwidth_bits_per_s / 1e9:.2f} Gb/s, {link.alpha_s * 1e6:.2f} us)")
+    return EXIT_OK
