@@ -119,6 +119,11 @@ class Serving:
     #: Average number of prompt tokens a prefill token attends to, as a fraction of the
     #: prompt: 0.5 for causal attention.
     causal_fraction: float = 0.5
+    #: Whether attention is one fused kernel (FlashAttention / FlashDecoding, as every
+    #: serving engine runs it). When not, the score matrix is written, and read and
+    #: written again by the softmax (max, exponent, sum, divide): 6 passes over
+    #: ``heads x query tokens x context`` elements in the activation type.
+    attention_fused: bool = True
 
     def __post_init__(self) -> None:
         for name in ("weight_dtype", "kv_dtype", "activation_dtype"):
@@ -291,8 +296,10 @@ ITERATION_TERMS = ("gemm_s", "attention_s", "elementwise_s", "lm_head_s", "tp_co
                    "ep_comm_s", "pp_comm_s", "overhead_s")
 
 
-def _roofline(system: System, dtype: str, ratio: float, flops: FloatArray,
-              bytes_: FloatArray, count: float | FloatArray = 1.0) -> FloatArray:
+def roofline_s(system: System, dtype: str, ratio: float, flops: FloatArray,
+               bytes_: FloatArray, count: float | FloatArray = 1.0) -> FloatArray:
+    """Seconds of ``count`` equal operations of ``flops`` FLOPs and ``bytes_`` bytes in
+    all: the slower of compute (at the matmul curve times ``ratio``) and memory."""
     acc = system.accelerator
     per = flops / np.maximum(count, 1.0)
     eff = acc.matmul_efficiency.at(per) * ratio
@@ -322,7 +329,7 @@ def iteration(system: System, model: Model, serving: Serving, tp: FloatArray,
         r = m if rows is None else rows
         flops = 2.0 * r * k * n
         bytes_ = wb * k * n * count * frac + r * k * wb + r * n * ab
-        return _roofline(system, wd, ratio_w, flops, bytes_, count)
+        return roofline_s(system, wd, ratio_w, flops, bytes_, count)
 
     g = gemm(h, (h + 2 * kvd) / tp) + gemm(h / tp, h)
     if model.moe is None:
@@ -350,18 +357,21 @@ def iteration(system: System, model: Model, serving: Serving, tp: FloatArray,
     dec_flops = 4.0 * decode_seqs * tokens_per_seq * decode_context * a * d / tp
     pre_flops = 4.0 * prefill_tokens * prefill_context * a * d / tp
     pre_bytes = prefill_tokens * (kv_rank * kb + 2 * a * d / tp * ab)
-    attn = (_roofline(system, ad, ratio_a, dec_flops, dec_bytes)
-            + _roofline(system, ad, ratio_a, pre_flops, pre_bytes))
+    if not serving.attention_fused:
+        dec_bytes = dec_bytes + 6.0 * ab * decode_seqs * tokens_per_seq * decode_context * a / tp
+        pre_bytes = pre_bytes + 6.0 * ab * prefill_tokens * prefill_context * a / tp
+    attn = (roofline_s(system, ad, ratio_a, dec_flops, dec_bytes)
+            + roofline_s(system, ad, ratio_a, pre_flops, pre_bytes))
     # Unfused element-wise traffic per token: two residual-add + RMSNorm (read input and
     # residual, write residual and the normalised input in the GEMM type), rotary on Q
     # and K plus the KV-cache write, the gated activation (read gate and up, write one).
     per_tok = (2 * (3 * h * ab + h * wb) + (h + 2 * kvd) / tp * ab * 2 + 2 * kvd / tp * kb
                + ffn_cols * (gate * ab + wb))
     zero = np.zeros_like(m)
-    elem = _roofline(system, ad, 1.0, zero, m * per_tok)
+    elem = roofline_s(system, ad, 1.0, zero, m * per_tok)
     # LM head on the last stage (in the activation type), for the sampled sequences.
     v = float(model.vocab_size)
-    head = _roofline(system, ad, ratio_a, 2.0 * sampled_seqs * h * v / tp,
+    head = roofline_s(system, ad, ratio_a, 2.0 * sampled_seqs * h * v / tp,
                      ab * (h * v / tp + sampled_seqs * (h + v / tp)))
     # Communication.
     G = system.node.accelerators

@@ -146,3 +146,13 @@ def test_vectorised_serving_equals_one_at_a_time() -> None:
         one = infer(system, model, req, tp=tps[i], pp=pps[i], concurrency=concs[i])
         assert one.output_tokens_per_s == float(many.output_tokens_per_s[i])
         assert one.tpot_s == float(many.tpot_s[i])
+
+
+def test_unfused_attention_pays_for_the_score_matrix() -> None:
+    system, model = load_system(H100), load_model("llama3-8b")
+    req = Request(8192, 16)  # prefill-heavy: attention over long prompts
+    fused = infer(system, model, req, concurrency=8)
+    unfused = infer(system, model, req, Serving(attention_fused=False), concurrency=8)
+    assert unfused.iteration_breakdown_s["attention_s"] > fused.iteration_breakdown_s[
+        "attention_s"]
+    assert unfused.iteration_breakdown_s["gemm_s"] == fused.iteration_breakdown_s["gemm_s"]
