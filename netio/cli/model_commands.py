@@ -34,7 +34,7 @@ EXIT_INFEASIBLE = 1
 EXIT_USAGE = 2
 EXIT_INPUT = 3
 
-COMMANDS = ("infer", "sweep", "calibrate")
+COMMANDS = ("infer", "sweep", "calibrate", "wafer")
 
 
 def _positive(text: str) -> int:
@@ -157,6 +157,28 @@ def add_parsers(sub: Any, train_parser: argparse.ArgumentParser) -> None:
     c.add_argument("--name", default=None, help="name of the calibrated system")
     c.add_argument("--json", action="store_true", help="print one JSON document")
 
+    w = sub.add_parser("wafer", help="wafer-scale weight-streaming training, SRAM-resident "
+                       "inference, and the same model on a GPU cluster")
+    w.add_argument("model")
+    w.add_argument("--wafer", default="cs3-weight-streaming",
+                   help="a system with [weight_streaming] (default: the CS-3 preset)")
+    w.add_argument("--systems", type=_positive, default=1, help="wafer systems training")
+    w.add_argument("--global-batch-size", type=_positive, default=None,
+                   help="sequences per step (default: the GPU execution's)")
+    w.add_argument("--gpu", default="dgx-h100", help="GPU system to compare with")
+    w.add_argument("--gpu-execution", default="llama3-70b-64gpu",
+                   help="GPU training execution to compare with")
+    w.add_argument("--gpu-serving-tp", type=_positive, default=8)
+    w.add_argument("--input-tokens", type=_positive, default=1000)
+    w.add_argument("--output-tokens", type=_positive, default=1000)
+    w.add_argument("--batches", type=_counts, default=[1, 8, 64, 256],
+                   help="serving batches (comma-separated); the largest is compared")
+    w.add_argument("--gpu-price-per-hour", type=_nonneg_float, default=0.0,
+                   help="per GPU-hour, to compare costs")
+    w.add_argument("--wafer-price-per-hour", type=_nonneg_float, default=0.0,
+                   help="per wafer-system-hour, to compare costs")
+    w.add_argument("--json", action="store_true", help="print one JSON document")
+
 
 def run(args: argparse.Namespace) -> int:
     """Run one part-2 subcommand; input errors are one line naming the file and key."""
@@ -169,6 +191,8 @@ def run(args: argparse.Namespace) -> int:
             return _train_conditions(args)
         if args.command == "calibrate":
             return _calibrate(args)
+        if args.command == "wafer":
+            return _wafer(args)
     except ModelInputError as exc:
         print(f"netio-model: {exc}", file=sys.stderr)
         return EXIT_INPUT
@@ -298,4 +322,37 @@ def _calibrate(args: argparse.Namespace) -> int:
         print(link.to_text())
         print(f"wrote {args.output} (system {doc['name']!r}: NICs at "
               f"{link.bandwidth_bits_per_s / 1e9:.2f} Gb/s, {link.alpha_s * 1e6:.2f} us)")
+    return EXIT_OK
+
+
+def _wafer(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from netio.model.schema import load_execution
+    from netio.model.wafer import compare, infer_sram_resident, train_weight_streaming
+
+    model, wafer = load_model(args.model), load_system(args.wafer)
+    gpu, ex = load_system(args.gpu), load_execution(args.gpu_execution)
+    if args.global_batch_size:
+        ex = replace(ex, global_batch_size=args.global_batch_size)
+    req = Request(args.input_tokens, args.output_tokens)
+    tr = train_weight_streaming(wafer, model, args.systems, ex.global_batch_size,
+                                ex.compute_dtype)
+    inf = infer_sram_resident(wafer, model, req, args.batches)
+    cmp_ = compare(model, gpu, ex, wafer, args.systems, req, max(args.batches),
+                   args.gpu_price_per_hour, args.wafer_price_per_hour, args.gpu_serving_tp)
+    if args.json:
+        print(json.dumps({"train": tr.to_json_dict(), "infer": inf.to_json_dict(),
+                          "comparison": cmp_.to_json_dict()}, indent=1))
+        return EXIT_OK
+    print(f"{model.name} on {args.systems} x {wafer.name}, weight streaming, global batch "
+          f"{ex.global_batch_size}: step {tr.step_s:.4g} s, {tr.tokens_per_s:,.0f} tokens/s, "
+          f"MFU {tr.mfu:.1%}")
+    print(f"  {tr.sentence}")
+    print(f"SRAM-resident inference on {inf.wafers} wafers ({inf.weights_bytes / 1e9:.1f} GB "
+          f"of weights), {req.input_tokens} in / {req.output_tokens} out:")
+    for row in inf.rows:
+        print(f"  batch {row.batch:>5}: {row.tokens_per_s_per_user:>10,.0f} tokens/s per user, "
+              f"{row.system_tokens_per_s:>12,.0f} tokens/s in all")
+    print(cmp_.to_text())
     return EXIT_OK
