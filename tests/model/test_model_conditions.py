@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import shlex
 from pathlib import Path
 
 import pytest
@@ -134,3 +136,30 @@ def test_what_if_costs_only_what_crosses_the_network() -> None:
     w3 = train_what_if(system, model, one_node, c)
     assert w3.with_conditions_s == w3.baseline_s
     assert "no exposed communication grows" in w3.terms[0].sentence
+
+
+def test_readme_story_calibrate_sweep_conditions(demo_report: Path, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """README's end-to-end story from ``calibrate`` on (a written fabric profile stands in
+    for ``netio bench --profile``): every ``$ netio-model`` line runs and exits 0."""
+    from netio.cli.model import EXIT_OK, main
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    story = readme[readme.index("**End to end"):]
+    story = story[:story.index("```\n\n")]
+    lines = [ln.split("#")[0].strip()[2:] for ln in story.splitlines()
+             if ln.startswith("$ netio-model ")]
+    assert [ln.split()[1] for ln in lines] == ["calibrate", "sweep", "train"]
+    write(tmp_path / "link.json", profile_doc())
+    (tmp_path / "report.json").write_text(demo_report.read_text())
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        for line in lines:
+            assert main(shlex.split(line)[1:]) == EXIT_OK, line
+    finally:
+        os.chdir(cwd)
+    out = capsys.readouterr().out
+    assert "PFC pause on the inter-node links adds" in out
+    assert (tmp_path / "my-cluster.json").is_file()
+    assert (tmp_path / "my-sweep-frontier.png").is_file()
