@@ -119,6 +119,9 @@ def add_parsers(sub: Any, train_parser: argparse.ArgumentParser) -> None:
                    help="draft cost per drafted token as a fraction of a target decode step")
     i.add_argument("--disaggregate", action="store_true",
                    help="also time prefill on separate workers and the KV transfer")
+    i.add_argument("--conditions", metavar="REPORT.json",
+                   help="also say what the network conditions in a netio-analyze --json "
+                   "report, a daemon /api/profile or a fabric profile cost each token")
     i.add_argument("--json", action="store_true", help="print one JSON document")
 
     s = sub.add_parser("sweep", help="every layout of MODEL on SYSTEM: infeasible counts "
@@ -217,11 +220,20 @@ def _infer(args: argparse.Namespace) -> int:
         spec = Speculation(acceptance_rate=args.acceptance,
                            mean_accepted_tokens=args.mean_accepted, draft=draft,
                            cost_ratio=args.draft_cost)
-    r = infer(system, model, Request(args.input_tokens, args.output_tokens), serving,
-              tp=args.tp, pp=args.pp, ep=args.ep, concurrency=args.concurrency,
-              draft_tokens=args.draft_tokens, speculation=spec,
+    req = Request(args.input_tokens, args.output_tokens)
+    r = infer(system, model, req, serving, tp=args.tp, pp=args.pp, ep=args.ep,
+              concurrency=args.concurrency, draft_tokens=args.draft_tokens, speculation=spec,
               disaggregate=args.disaggregate)
-    print(json.dumps(r.to_json_dict(), indent=1) if args.json else r.to_text())
+    doc = r.to_json_dict()
+    text = r.to_text()
+    if args.conditions:
+        from netio.model.conditions import infer_what_if, load_conditions
+
+        w = infer_what_if(system, model, req, serving, load_conditions(args.conditions),
+                          args.tp, args.pp, args.ep, args.concurrency, args.disaggregate)
+        doc["what_if"] = w.to_json_dict()
+        text += "\n" + w.to_text()
+    print(json.dumps(doc, indent=1) if args.json else text)
     return EXIT_OK if r.feasible else EXIT_INFEASIBLE
 
 

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from netio.errors import ModelInputError
+from netio.model.inference import InferResult, Request, Serving, infer
 from netio.model.schema import Execution, Fabric, Model, Node, System
 from netio.model.training import train
 
@@ -344,3 +345,32 @@ def train_what_if(system: System, model: Model, execution: Execution, c: Conditi
                                 _sentence(lead, added, base.step_s, comm)))
     total = train(degraded(system, c), model, execution)
     return WhatIf(c.source, "step_s", base.step_s, total.step_s, tuple(terms), c.notes)
+
+
+def infer_what_if(system: System, model: Model, request: Request, serving: Serving,
+                  c: Conditions, tp: int = 1, pp: int = 1, ep: int = 1,
+                  concurrency: int = 0, disaggregate: bool = False) -> WhatIf:
+    """What ``c`` costs each output token of a serving configuration (and, disaggregated,
+    the KV transfer of each prompt): each condition alone, and all."""
+    def run(s: System) -> InferResult:
+        return infer(s, model, request, serving, tp=tp, pp=pp, ep=ep,
+                     concurrency=concurrency, disaggregate=disaggregate)
+
+    base = run(system)
+    keys = ("tp_comm_s", "ep_comm_s", "pp_comm_s")
+    terms = []
+    for name in _active(system, c):
+        r = run(degraded(system, c, name))
+        value, lead = _describe(name, system, c)
+        added = r.tpot_s - base.tpot_s
+        comm = [(k.removesuffix("_s"), base.iteration_breakdown_s[k],
+                 r.iteration_breakdown_s[k]) for k in keys]
+        if base.disaggregated and r.disaggregated:
+            comm.append(("KV transfer per prompt", base.disaggregated["kv_transfer_s"],
+                         r.disaggregated["kv_transfer_s"]))
+        terms.append(WhatIfTerm(name, value, added, added / base.tpot_s,
+                                _sentence(lead, added, base.tpot_s, comm)
+                                .replace(" adds ", " adds per output token ", 1)))
+    total = run(degraded(system, c))
+    return WhatIf(c.source, "time_per_output_token_s", base.tpot_s, total.tpot_s,
+                  tuple(terms), c.notes)

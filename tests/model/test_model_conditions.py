@@ -163,3 +163,25 @@ def test_readme_story_calibrate_sweep_conditions(demo_report: Path, tmp_path: Pa
     assert "PFC pause on the inter-node links adds" in out
     assert (tmp_path / "my-cluster.json").is_file()
     assert (tmp_path / "my-sweep-frontier.png").is_file()
+
+
+def test_infer_what_if_tp_across_nodes_and_kv_transfer() -> None:
+    from netio.model.conditions import infer_what_if
+    from netio.model.inference import Request, Serving
+
+    system, model = load_system("dgx-h100"), load_model("llama3-70b")
+    req = Request(4096, 256)
+    c = Conditions("what-if", pause_fraction=0.2)
+    inside = infer_what_if(system, model, req, Serving(), c, tp=8, concurrency=64)
+    assert inside.with_conditions_s == inside.baseline_s  # NVLink only
+    # Across two nodes the ring's 8 NICs per node (400 GB/s) and NVLink (450 GB/s at
+    # ~0.75 efficiency) are close: a 20 % pause still hides behind NVLink, half does not.
+    across = infer_what_if(system, model, req, Serving(),
+                           Conditions("what-if", pause_fraction=0.5), tp=16, concurrency=64)
+    assert across.with_conditions_s > across.baseline_s
+    assert "exposed tp_comm" in across.terms[0].sentence
+    dis = infer_what_if(system, model, req, Serving(), c, tp=8, concurrency=64,
+                        disaggregate=True)
+    # The prompt's KV transfer crosses the network even when decoding stays in the node:
+    # at 20 % pause its bandwidth part takes 1 / 0.8 as long.
+    assert "KV transfer per prompt" in dis.terms[0].sentence
