@@ -63,7 +63,7 @@ its shard, timed as a send/recv on the system's NIC (or its fabric profile).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import IntEnum
 
 import numpy as np
@@ -433,9 +433,8 @@ def serve(system: System, model: Model, serving: Serving, request: Request,
 
     weights = weight_bytes_per_rank(model, serving, tp, pp)
     if spec.draft is not None:
-        draft_serving = serving
         weights = weights + np.where(gamma > 0, weight_bytes_per_rank(
-            spec.draft, draft_serving, tp, pp), 0.0)
+            spec.draft, serving, tp, pp), 0.0)
     kv_tok = kv_bytes_per_token(model, serving.kv_dtype, tp, pp)
     if spec.draft is not None:
         kv_tok = kv_tok + np.where(gamma > 0, kv_bytes_per_token(spec.draft, serving.kv_dtype,
@@ -670,13 +669,6 @@ def infer(system: System, model: Model, request: Request, serving: Serving | Non
         f(r.output_tokens_per_s_per_user), f(r.output_tokens_per_s_per_accelerator),
         f(r.tpot_s), f(r.ttft_s), f(r.accepted_tokens_per_step), draft_tokens, stage,
         f(r.draft_s), _bottleneck(stage), dis)
-
-
-def with_dtypes(serving: Serving, weight_dtype: str | None = None,
-                kv_dtype: str | None = None) -> Serving:
-    """A copy of ``serving`` with other weight or KV-cache data types."""
-    return replace(serving, weight_dtype=weight_dtype or serving.weight_dtype,
-                   kv_dtype=kv_dtype or serving.kv_dtype)
 
 
 def speedup_vs_batch(system: System, model: Model, request: Request, serving: Serving,
