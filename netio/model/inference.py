@@ -422,7 +422,7 @@ def serve(system: System, model: Model, serving: Serving, request: Request,
     """Steady-state continuous batching of ``request`` for every layout (module doc)."""
     if system.weight_streaming is not None:
         raise ModelInputError("weight_streaming", "this system streams its weights; use "
-                              "the wafer-scale model (netio.model.wafer)", path=system.name)
+                              "netio-model wafer (netio.model.wafer)", path=system.name)
     spec = speculation or Speculation()
     tp = lay.tensor_parallel.astype(np.float64)
     pp = lay.pipeline_parallel.astype(np.float64)
