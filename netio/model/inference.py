@@ -488,7 +488,7 @@ def serve(system: System, model: Model, serving: Serving, request: Request,
     bad_experts = (np.zeros(len(lay), dtype=np.bool_) if model.moe is None else
                    (model.moe.experts % lay.expert_parallel != 0))
     checks = [
-        (InferInfeasible.MEMORY_KV, conc > fits),
+        (InferInfeasible.MEMORY_KV, (conc > fits) | (fits < 1)),
         (InferInfeasible.MEMORY_WEIGHTS, free <= 0),
         (InferInfeasible.EXPERTS_NOT_DIVISIBLE,
          bad_experts | (lay.tensor_parallel % lay.expert_parallel != 0)),

@@ -156,3 +156,10 @@ def test_unfused_attention_pays_for_the_score_matrix() -> None:
     assert unfused.iteration_breakdown_s["attention_s"] > fused.iteration_breakdown_s[
         "attention_s"]
     assert unfused.iteration_breakdown_s["gemm_s"] == fused.iteration_breakdown_s["gemm_s"]
+
+
+def test_no_room_for_one_request_is_infeasible() -> None:
+    # Llama 3 70B in fp8 (~70 GB) leaves an 80 GB H100 a few GB: a 1M-token request's
+    # cache (160 KiB per token, ~164 GB) does not fit even once.
+    r = infer(load_system(H100), load_model("llama3-70b"), Request(1_000_000, 10))
+    assert not r.feasible and "KV cache" in r.infeasible_reason
