@@ -639,7 +639,8 @@ def infer(system: System, model: Model, request: Request, serving: Serving | Non
     if code:
         reason = INFER_REASONS[InferInfeasible(code)]
         if code == InferInfeasible.MEMORY_KV:
-            reason += (f": {concurrency} requests of {request.input_tokens + request.output_tokens}"
+            reason += (f": {max(concurrency, 1)} request(s) of "
+                       f"{request.input_tokens + request.output_tokens + draft_tokens}"
                        f" tokens need more than the {f(r.kv_capacity_tokens):,.0f} tokens the "
                        "cache holds")
         elif code == InferInfeasible.MEMORY_WEIGHTS:
