@@ -448,7 +448,7 @@ def serve(system: System, model: Model, serving: Serving, request: Request,
     kv_tokens = np.floor(kv_cap_bytes / kv_tok)
     per_request = isl + osl + gamma
     fits = np.floor(kv_tokens / per_request)
-    max_conc = np.minimum(fits, float(serving.max_batch_size) * pp)
+    max_conc = np.minimum(fits, float(serving.max_batch_size))
     want = lay.concurrency.astype(np.float64)
     conc = np.where(want > 0, want, max_conc)
 
