@@ -310,12 +310,12 @@ def _describe(name: str, system: System, c: Conditions) -> tuple[str, str]:
             "cross the spine at 1/o of the leaf bandwidth)")
 
 
-def _sentence(lead: str, added: float, base: float, comm: Sequence[tuple[str, float, float]]
-              ) -> str:
+def _sentence(lead: str, added: float, base: float, comm: Sequence[tuple[str, float, float]],
+              what: str = "the step") -> str:
     grown = [f"{k} {a * 1e3:.3g} -> {b * 1e3:.3g} ms" for k, a, b in comm if b > a * 1.0005]
     why = ("exposed " + ", ".join(grown)) if grown else (
         "no exposed communication grows (it is hidden behind compute or stays inside the node)")
-    return f"{lead} adds {added * 1e3:.3g} ms ({added / base:.1%}): {why}."
+    return f"{lead} adds {added * 1e3:.3g} ms ({added / base:.1%}) to {what}: {why}."
 
 
 CONDITION_NAMES = ("pfc_pause", "dcqcn_rate_reduction", "loss_go_back_n", "incast",
@@ -369,8 +369,8 @@ def infer_what_if(system: System, model: Model, request: Request, serving: Servi
             comm.append(("KV transfer per prompt", base.disaggregated["kv_transfer_s"],
                          r.disaggregated["kv_transfer_s"]))
         terms.append(WhatIfTerm(name, value, added, added / base.tpot_s,
-                                _sentence(lead, added, base.tpot_s, comm)
-                                .replace(" adds ", " adds per output token ", 1)))
+                                _sentence(lead, added, base.tpot_s, comm,
+                                          "each output token")))
     total = run(degraded(system, c))
     return WhatIf(c.source, "time_per_output_token_s", base.tpot_s, total.tpot_s,
                   tuple(terms), c.notes)
