@@ -279,11 +279,15 @@ class WhatIf:
     def to_text(self) -> str:
         d = self.with_conditions_s - self.baseline_s
         lines = [f"what-if from {self.source}: {self.quantity.removesuffix('_s')} "
-                 f"{self.baseline_s * 1e3:.4g} ms -> {self.with_conditions_s * 1e3:.4g} ms "
+                 f"{_seconds(self.baseline_s)} -> {_seconds(self.with_conditions_s)} "
                  f"(+{d * 1e3:.3g} ms, {d / self.baseline_s:+.2%})"]
         lines += [f"  {t.sentence}" for t in self.terms]
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+
+def _seconds(t: float) -> str:
+    return f"{t:.4g} s" if t >= 1.0 else f"{t * 1e3:.4g} ms"
 
 
 def _describe(name: str, system: System, c: Conditions) -> tuple[str, str]:
