@@ -25,10 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from netio.errors import ModelInputError
-from netio.fabric_profile import FabricProfile
+from netio.fabric_profile import FabricProfile, fit_alpha_beta
 from netio.model.schema import Curve, System, Topology, system_from_dict
 
 
@@ -88,22 +85,6 @@ class LinkCalibration:
                          f"{e.model_bandwidth_bytes_per_s / 1e9:>15.3f}"
                          f"{e.bandwidth_error:>8.1%}{e.efficiency:>7.3f}")
         return "\n".join(lines)
-
-
-def fit_alpha_beta(sizes: Sequence[float], times: Sequence[float]) -> tuple[float, float]:
-    """Least-squares ``(alpha, beta)`` of ``t = alpha + beta n`` on relative error."""
-    n = np.asarray(sizes, dtype=np.float64)
-    t = np.asarray(times, dtype=np.float64)
-    if n.size < 2 or np.any(t <= 0) or np.unique(n).size < 2:
-        raise ModelInputError("points", "need at least two sizes with positive latencies")
-    a = np.stack([1.0 / t, n / t], axis=1)
-    (alpha, beta), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
-    if alpha < 0.0 or beta <= 0.0:
-        x = n / t
-        alpha, beta = 0.0, float(np.sum(x) / np.sum(x * x))
-    if beta <= 0.0:
-        raise ModelInputError("points", "latency does not grow with size: no bandwidth to fit")
-    return float(alpha), float(beta)
 
 
 def calibrate_link(profile: FabricProfile, source: str = "<profile>") -> LinkCalibration:

@@ -11,12 +11,11 @@ import numpy as np
 import pytest
 
 from netio.errors import ModelInputError
-from netio.fabric_profile import SCHEMA_VERSION, profile_from_dict
+from netio.fabric_profile import SCHEMA_VERSION, fit_alpha_beta, profile_from_dict
 from netio.model import load_model, load_system, train
 from netio.model.calibrate import (
     calibrate_link,
     compute_system,
-    fit_alpha_beta,
     system_to_dict,
 )
 from netio.model.inference import Request, infer
