@@ -213,8 +213,13 @@ def test_readme_example_over_verbs_between_guests(lab2: Any) -> None:
                             f"{example.replace('--', 'client --', 1)} --connect {g0.ip}:7471;"
                             f" echo __EXIT=$?", timeout=300)
     client = raw.decode(errors="replace")
-    _rc, raw = lab2.run(g0, "cat /tmp/verbs-example.log", timeout=30)
-    server = raw.decode(errors="replace")
+    server = ""
+    for _ in range(120):  # the server may still be checking its array
+        _rc, raw = lab2.run(g0, "cat /tmp/verbs-example.log", timeout=30)
+        server = raw.decode(errors="replace")
+        if "__EXIT=" in server:
+            break
+        subprocess.run(["sleep", "0.5"], check=False)
     assert "__EXIT=0" in server, f"{client}\n{server}"
     assert "the array holds the 4194304 written bytes" in server
     assert "client: wrote 4194304 bytes" in client, client
