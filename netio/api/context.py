@@ -538,7 +538,7 @@ def _make_backend(backend: str, *, device: str | None, port: int | None, gid: in
 
         return TcpBackend()
     try:
-        from netio.backends import verbs  # type: ignore[attr-defined]
+        from netio.backends import verbs
     except ImportError as exc:
         raise BackendUnavailable(f"the verbs backend cannot be loaded: {exc}",
                                  hint="apt-get install python3-pyverbs, then make install "
