@@ -134,11 +134,12 @@ class Launcher:
 
 def _per_flow_bound_kib() -> float:
     """The most analysis state one flow direction can hold (netio.analyze.flows' bounds):
-    3 kinds of latency samples (kept in C, copied once for the report), 2 lists of open
+    3 latency sketches (kept in C, copied once for the report), 2 lists of open
     gaps, 2 of waiting requests, counters."""
-    from netio.analyze.flows import COUNTERS, MAX_MISSING, MAX_PENDING, MAX_SAMPLES, OPCODE_SLOTS
+    from netio.analyze.flows import COUNTERS, MAX_MISSING, MAX_PENDING, OPCODE_SLOTS
+    from netio.analyze.sketch import MAX_SKETCH_BYTES
 
-    samples = 3 * (MAX_SAMPLES + 1) * 8 * 2
+    samples = 3 * MAX_SKETCH_BYTES * 2
     lists = 2 * MAX_MISSING * 16 + 2 * MAX_PENDING * 16
     counters = (len(COUNTERS) + OPCODE_SLOTS + 32) * 8 + 256
     return (samples + lists + counters) / 1024

@@ -5,10 +5,22 @@ from __future__ import annotations
 import math
 from typing import Any
 
+#: Latency quantiles are reported from a sketch within this relative error of the
+#: exact order statistic (the bound README and ``netio-analyze --help`` state).
+SKETCH_RELATIVE_ERROR = 1 / 33
+_QUANTILES = ("p50", "p90", "p99")
+_LATENCIES = ("ack_latency_s", "read_latency_s", "cnp_reaction_s")
+
 
 def mismatches(got: Any, want: Any, path: str = "") -> list[str]:
     """Every place where ``got`` differs from ``want`` (keys absent from ``want`` ignored)."""
     out: list[str] = []
+    leaf = path.rsplit(".", 1)[-1]
+    parent = path.rsplit(".", 2)[-2] if path.count(".") >= 2 else ""
+    if leaf in _QUANTILES and parent in _LATENCIES and isinstance(want, float):
+        if not isinstance(got, int | float) or abs(got - want) > SKETCH_RELATIVE_ERROR * want:
+            out.append(f"{path}: {got!r} not within {SKETCH_RELATIVE_ERROR:.4f} of {want!r}")
+        return out
     if isinstance(want, dict):
         if not isinstance(got, dict):
             return [f"{path}: {got!r} is not an object"]

@@ -358,11 +358,11 @@ def _pause_docs(queues: list[tuple[QueueState, dict[str, Any]]], origin: int,
 def _ecn_doc(fr: FlowResults, d: int) -> dict[str, Any]:
     c = fr.c
     k = fr.pair(d)
-    delays, count = fr.sample(d, "cnp")
+
     return {
         "ect_packets": int(c["ect"][d]), "ce_packets": int(c["ce"][d]),
         "cnps": int(c["cnps"][k]) if k is not None else 0,
-        "cnp_reaction_s": summary_s(delays, count),
+        "cnp_reaction_s": summary_s(fr.sketch(d, "cnp")),
         "cnp_rate_violations": int(c["cnp_violations"][k]) if k is not None else 0,
         "fecn_packets": int(c["fecn"][d]), "becn_packets": int(c["becn"][d]),
     }
@@ -441,8 +441,8 @@ def _flow_docs(capture: str, fr: FlowResults, opts: AnalysisOptions,
             "read_responses": _read_responses(fr, rid),
             "naks": naks, "rnr_naks": int(c["rnr"][rid]) if rid is not None else 0,
             "rnr_timer_s": [rnr_timer_s(x) for x in range(32) if rnr_codes >> x & 1],
-            "ack_latency_s": summary_s(*fr.sample(fid, "ack")),
-            "read_latency_s": summary_s(*fr.sample(fid, "read")),
+            "ack_latency_s": summary_s(fr.sketch(fid, "ack")),
+            "read_latency_s": summary_s(fr.sketch(fid, "read")),
             "icrc_failures": int(c["icrc_bad"][fid]),
             "icrc_checked_packets": int(c["icrc_checked"][fid]),
             "ecn": _ecn_doc(fr, fid),

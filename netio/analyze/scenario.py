@@ -769,10 +769,13 @@ def mac_str(mac: int) -> str:
 
 
 def percentile_summary(samples_ns: Sequence[int]) -> dict[str, float | int] | None:
-    """count/min/p50/p90/p99/max in seconds (numpy 'linear' percentiles); None when empty."""
+    """count/min/p50/p90/p99/max in seconds; None when empty.
+
+    The exact q-quantile is the order statistic of rank floor(q*(n-1)) (0-based,
+    numpy's 'lower'); the analyzer reports it within its sketch's relative error."""
     if not samples_ns:
         return None
-    a = np.asarray(samples_ns, dtype=np.float64) / 1e9
-    p50, p90, p99 = np.percentile(a, [50, 90, 99])
-    return {"count": int(a.size), "min": float(a.min()), "p50": float(p50), "p90": float(p90),
-            "p99": float(p99), "max": float(a.max())}
+    a = np.sort(np.asarray(samples_ns, dtype=np.int64))
+    p50, p90, p99 = (int(a[(p * (a.size - 1)) // 100]) / 1e9 for p in (50, 90, 99))
+    return {"count": int(a.size), "min": int(a[0]) / 1e9, "p50": p50, "p90": p90,
+            "p99": p99, "max": int(a[-1]) / 1e9}

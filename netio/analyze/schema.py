@@ -40,10 +40,14 @@ Top level
         out_of_order_packets, retransmitted_packets} (the READ RESPONSE stream of the
         reverse direction) or null, naks {CODE_NAME: n}, rnr_naks,
         rnr_timer_s[], ack_latency_s, read_latency_s ({count (all samples), min, p50, p90,
-        p99, max} over up to 16384 kept samples, or null), icrc_failures,
+        p99, max}, or null; min, max and count exact, the percentiles from a
+        netio.analyze.sketch.LatencySketch: the order statistic of rank
+        floor(q*(count-1)) within RELATIVE_ERROR = 1/33 while it lies within 2^32 of
+        max; at most MAX_SKETCH_BYTES = 4136 bytes per flow and latency kind),
+        icrc_failures,
         icrc_checked_packets,
         ecn {ect_packets, ce_packets, cnps (CNPs throttling this direction),
-        cnp_reaction_s, cnp_rate_violations, fecn_packets, becn_packets},
+        cnp_reaction_s (as the latencies), cnp_rate_violations, fecn_packets, becn_packets},
         throughput {interval_s, start_s[], bps[]}: data throughput (payload of first
         copies and of responses, as bit/s over the window) per window of interval_s
         from time_origin_ns. SPARSE: only windows in which the flow carried data are

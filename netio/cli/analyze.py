@@ -6,6 +6,12 @@ storms, pause spreading chains (root, converging flows, victims), and per RoCE
 flow: counts, goodput, messages, PSN gaps, retransmissions, NAKs, RNR NAKs,
 ACK/READ latency, ECN marks and CNPs, ICRC failures; Jain fairness and incast.
 
+Memory per flow direction is bounded: latency percentiles (p50/p90/p99) come
+from a mergeable log-linear quantile sketch (DDSketch-style, 16 buckets per
+octave) within 1/33 (3.0 %) relative error of the exact order statistic over
+a 2^32 range below the maximum (min and max exact); each sketch holds at most
+512 buckets (4 KiB, usually far fewer), one per latency kind a flow has.
+
 Exit codes:
   0  analysed; no PFC or XON storm found
   1  analysed; at least one PFC storm or XON storm found (for alerting scripts)
