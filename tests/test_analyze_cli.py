@@ -276,3 +276,38 @@ def test_console_script_help() -> None:
 
 def _unused(_: Any) -> None:
     return None
+
+
+def test_json_is_streamed_one_flow_per_line(small: list[str],
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run(capsys, "--json", *small)
+    doc = json.loads(out)
+    # The same document json.dumps would write, laid out one element per line.
+    assert json.loads(json.dumps(analyze(small, AnalysisOptions()))) == doc
+    lines = out.splitlines()
+    at = lines.index(' "flows": [')
+    flow_lines = lines[at + 1:at + 1 + len(doc["flows"])]
+    assert lines[at + 1 + len(doc["flows"])] == " ],"
+    assert len(doc["flows"]) > 0
+    assert [json.loads(ln.rstrip(",")) for ln in flow_lines] == doc["flows"]
+
+
+def test_top_limits_the_text_flows_per_capture(small: list[str],
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run(capsys, "--json", *small)
+    flows = json.loads(out)["flows"]
+    per_capture: dict[str, int] = {}
+    for f in flows:
+        per_capture[f["capture"]] = per_capture.get(f["capture"], 0) + 1
+    assert max(per_capture.values()) >= 2
+    _, text, _ = run(capsys, "--top", "1", *small)
+    table = text.split("RoCE flows (")[1].split("\n\n")[0].splitlines()
+    rows = [r for r in table[3:] if not r.startswith(" ")]  # the legend is indented
+    assert "the first 1 of each capture shown (--top), all in --json" in table[0]
+    assert sorted(r.split()[0] for r in rows) == sorted(per_capture)
+    _, text, _ = run(capsys, "--top", "1000", *small)
+    assert "(--top)" not in text
+    with pytest.raises(SystemExit) as exc:
+        main(["--top", "-1", *small])
+    err = capsys.readouterr().err
+    assert exc.value.code == EXIT_USAGE and "--top" in err and "not a count" in err

@@ -15,9 +15,11 @@ JSON document described in ``netio.analyze.schema``.
 
 from __future__ import annotations
 
+import gc
 import os
 import warnings
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,7 @@ from netio.analyze.fairness import fairness, incasts
 from netio.analyze.findings import findings
 from netio.analyze.flows import (
     MAX_SERIES_INTERVALS,
+    SLOT_OPCODE,
     FlowReference,
     FlowResults,
     NativeFlows,
@@ -209,7 +212,22 @@ def analyze(paths: Sequence[str], opts: AnalysisOptions, *, use_native: bool | N
             queues.append((q, entry))
         if run.flows is not None:
             flow_results.append((cap.name, run.flows, run.last))
-    return _document(captures, queues, flow_results, warnings, origin, opts, use_native)
+    with _no_gc():
+        return _document(captures, queues, flow_results, warnings, origin, opts, use_native)
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """The cyclic garbage collector off: building 100,000 flow documents (millions of
+    acyclic dicts and lists) otherwise triggers full collections over a growing heap,
+    which takes longer than building them."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 #: Records per native step: the scanned frames of one batch stay in the CPU
@@ -355,109 +373,157 @@ def _pause_docs(queues: list[tuple[QueueState, dict[str, Any]]], origin: int,
     return senders, storms, xon_storms, events
 
 
-def _ecn_doc(fr: FlowResults, d: int) -> dict[str, Any]:
-    c = fr.c
-    k = fr.pair(d)
+class _FlowColumns:
+    """Every per-flow value of one capture as Python lists, converted in bulk (one
+    ``tolist`` per column instead of a numpy scalar per flow and field)."""
 
+    def __init__(self, fr: FlowResults, origin: int) -> None:
+        c = fr.c
+        self.v: dict[str, list[int]] = {name: c[name].tolist() for name in c}
+        self.origin = origin
+        self.opcodes: list[dict[str, int]] = [{} for _ in range(fr.n)]
+        rows, slots = np.nonzero(fr.opcodes)
+        for r, sl, n in zip(rows.tolist(), slots.tolist(), fr.opcodes[rows, slots].tolist(),
+                            strict=True):
+            self.opcodes[r][_SLOT_NAMES[sl]] = n
+        # (slots are numbered in opcode order, so each dict is in opcode order)
+        self.naks: dict[int, dict[str, int]] = {}
+        rows, codes = np.nonzero(fr.naks)
+        for r, code, n in zip(rows.tolist(), codes.tolist(), fr.naks[rows, codes].tolist(),
+                              strict=True):
+            self.naks.setdefault(r, {})[_NAK_NAMES[code]] = n
+        self.macs: dict[int, str] = {}
+        self.ips: dict[tuple[int, bool], str] = {}
+
+    def mac(self, value: int) -> str:
+        m = self.macs.get(value)
+        if m is None:
+            m = self.macs[value] = format_mac_int(value)
+        return m
+
+    def ip(self, value: int, v6: bool) -> str:
+        k = (value, v6)
+        t = self.ips.get(k)
+        if t is None:
+            t = self.ips[k] = format_ip_int(value, v6)
+        return t
+
+
+def _opcode_name(op: int) -> str:
+    info = OPCODE_TABLE[op]
+    return info.opcode.name if info is not None else f"0x{op:02x}"
+
+
+_SLOT_NAMES: tuple[str, ...] = tuple(_opcode_name(op) for op in SLOT_OPCODE)
+_NAK_NAMES: tuple[str, ...] = tuple(
+    NakCode(code).name if code in NakCode._value2member_map_ else f"CODE_{code}"
+    for code in range(32))
+
+
+def _ecn_doc(fr: FlowResults, v: dict[str, list[int]], d: int) -> dict[str, Any]:
+    k = v["pair"][d]
     return {
-        "ect_packets": int(c["ect"][d]), "ce_packets": int(c["ce"][d]),
-        "cnps": int(c["cnps"][k]) if k is not None else 0,
+        "ect_packets": v["ect"][d], "ce_packets": v["ce"][d],
+        "cnps": v["cnps"][k] if k >= 0 else 0,
         "cnp_reaction_s": summary_s(fr.sketch(d, "cnp")),
-        "cnp_rate_violations": int(c["cnp_violations"][k]) if k is not None else 0,
-        "fecn_packets": int(c["fecn"][d]), "becn_packets": int(c["becn"][d]),
+        "cnp_rate_violations": v["cnp_violations"][k] if k >= 0 else 0,
+        "fecn_packets": v["fecn"][d], "becn_packets": v["becn"][d],
     }
-
-
-def _opcodes(fr: FlowResults, fid: int) -> dict[str, int]:
-    out = {}
-    for op, n in sorted(fr.opcode_counts(fid).items()):
-        info = OPCODE_TABLE[op]
-        out[info.opcode.name if info is not None else f"0x{op:02x}"] = n
-    return out
 
 
 def _ip(value: int, v6: bool) -> str:
     return format_ip_int(value, v6)
 
 
-def _read_responses(fr: FlowResults, rid: int | None) -> dict[str, int] | None:
-    if rid is None or not int(fr.c["rr_packets"][rid]):
+def _read_responses(v: dict[str, list[int]], rid: int) -> dict[str, int] | None:
+    if rid < 0 or not v["rr_packets"][rid]:
         return None
-    c = fr.c
-    dups, ooo = int(c["rr_dups"][rid]), int(c["rr_ooo"][rid])
-    return {"packets": int(c["rr_packets"][rid]), "psn_gaps": int(c["rr_gaps"][rid]),
-            "psn_gap_packets": int(c["rr_gap_packets"][rid]), "duplicate_packets": dups,
+    dups, ooo = v["rr_dups"][rid], v["rr_ooo"][rid]
+    return {"packets": v["rr_packets"][rid], "psn_gaps": v["rr_gaps"][rid],
+            "psn_gap_packets": v["rr_gap_packets"][rid], "duplicate_packets": dups,
             "out_of_order_packets": ooo, "retransmitted_packets": dups + ooo}
 
 
 def _throughput_doc(fr: FlowResults, fid: int, interval_ns: int) -> dict[str, Any]:
     """Data throughput per interval, sparse: only the intervals that carried data."""
-    bins, vals = fr.series.get(fid, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+    got = fr.series.get(fid)
     interval_s = interval_ns / 1e9
-    return {"interval_s": interval_s, "start_s": [b * interval_ns / 1e9 for b in bins.tolist()],
-            "bps": [v * 8 / interval_s for v in vals.tolist()]}
+    if got is None:
+        return {"interval_s": interval_s, "start_s": [], "bps": []}
+    bins, vals = got
+    return {"interval_s": interval_s, "start_s": (bins * interval_ns / 1e9).tolist(),
+            "bps": (vals * 8 / interval_s).tolist()}
 
 
-def _flow_docs(capture: str, fr: FlowResults, opts: AnalysisOptions,
-               origin: int) -> list[dict[str, Any]]:
+def _primary_flows(fr: FlowResults) -> npt.NDArray[np.intp]:
+    """The flows that head a document, most bytes first: every unpaired flow, and of
+    each pair the one that sent requests (when only one did), else the one with more
+    bytes (the earlier in capture order on a tie). The other of a pair is its reverse."""
     c = fr.c
+    n = fr.n
+    order = np.argsort(-c["bytes"], kind="stable")
+    pos = np.empty(n, np.int64)
+    pos[order] = np.arange(n)
+    pair = c["pair"]
+    paired = pair >= 0
+    p = np.where(paired, pair, 0)
+    mine, theirs = c["requests"] > 0, c["requests"][p] > 0
+    primary = ~paired | (~(~mine & theirs) & ((mine & ~theirs) | (pos < pos[p])))
+    out: npt.NDArray[np.intp] = order[primary[order]]
+    return out
+
+
+def _flow_docs(capture: str, fr: FlowResults, cols: _FlowColumns,
+               opts: AnalysisOptions, origin: int) -> list[dict[str, Any]]:
+    if fr.n == 0:
+        return []
+    v = cols.v
     docs = []
-    shown: set[int] = set()
-    order = sorted(range(fr.n), key=lambda f: -int(c["bytes"][f]))
-    for fid in order:
-        if fid in shown:
-            continue
-        rid = fr.pair(fid)
-        if int(c["requests"][fid]) == 0 and rid is not None and int(c["requests"][rid]) > 0:
-            continue  # shown as the reverse of its forward flow
-        shown.add(fid)
+    for fid in _primary_flows(fr).tolist():
+        rid = v["pair"][fid]
         key = fr.keys[fid]
-        naks_row = fr.naks[rid] if rid is not None else np.zeros(32, np.int64)
-        naks = {}
-        for code in np.nonzero(naks_row)[0].tolist():
-            naks[NakCode(code).name if code in NakCode._value2member_map_ else
-                 f"CODE_{code}"] = int(naks_row[code])
-        req = int(c["requests"][fid])
-        retx = int(c["dups"][fid] + c["ooo"][fid])
-        dur = max(1, int(c["last_ts"][fid] - c["first_ts"][fid]))
-        rnr_codes = int(c["rnr_codes"][rid]) if rid is not None else 0
+        req = v["requests"][fid]
+        retx = v["dups"][fid] + v["ooo"][fid]
+        dur = max(1, v["last_ts"][fid] - v["first_ts"][fid])
+        rnr_codes = v["rnr_codes"][rid] if rid >= 0 else 0
         doc: dict[str, Any] = {
-            "capture": capture, "src_ip": _ip(key.src_ip, key.ipv6),
-            "dst_ip": _ip(key.dst_ip, key.ipv6), "dest_qp": key.dest_qp,
-            "priority": int(c["pcp"][fid]),
-            "src_mac": format_mac_int(int(c["src_mac"][fid])),
-            "dst_mac": format_mac_int(int(c["dst_mac"][fid])),
-            "first_ts_s": (int(c["first_ts"][fid]) - origin) / 1e9,
-            "last_ts_s": (int(c["last_ts"][fid]) - origin) / 1e9,
-            "packets": int(c["packets"][fid]), "bytes": int(c["bytes"][fid]),
-            "payload_bytes": int(c["payload"][fid]), "goodput_bytes": int(c["goodput"][fid]),
-            "data_bytes": int(c["data_payload"][fid]),
-            "goodput_bps": int(c["goodput"][fid]) * 8 / (dur / 1e9),
-            "opcodes": _opcodes(fr, fid), "messages": int(c["messages"][fid]),
+            "capture": capture, "src_ip": cols.ip(key.src_ip, key.ipv6),
+            "dst_ip": cols.ip(key.dst_ip, key.ipv6), "dest_qp": key.dest_qp,
+            "priority": v["pcp"][fid],
+            "src_mac": cols.mac(v["src_mac"][fid]),
+            "dst_mac": cols.mac(v["dst_mac"][fid]),
+            "first_ts_s": (v["first_ts"][fid] - origin) / 1e9,
+            "last_ts_s": (v["last_ts"][fid] - origin) / 1e9,
+            "packets": v["packets"][fid], "bytes": v["bytes"][fid],
+            "payload_bytes": v["payload"][fid], "goodput_bytes": v["goodput"][fid],
+            "data_bytes": v["data_payload"][fid],
+            "goodput_bps": v["goodput"][fid] * 8 / (dur / 1e9),
+            "opcodes": cols.opcodes[fid], "messages": v["messages"][fid],
             "request_packets": req,
-            "psn_gaps": int(c["gaps"][fid]), "psn_gap_packets": int(c["gap_packets"][fid]),
-            "duplicate_packets": int(c["dups"][fid]), "out_of_order_packets": int(c["ooo"][fid]),
+            "psn_gaps": v["gaps"][fid], "psn_gap_packets": v["gap_packets"][fid],
+            "duplicate_packets": v["dups"][fid], "out_of_order_packets": v["ooo"][fid],
             "retransmitted_packets": retx, "retransmission_ratio": retx / req if req else 0.0,
-            "read_responses": _read_responses(fr, rid),
-            "naks": naks, "rnr_naks": int(c["rnr"][rid]) if rid is not None else 0,
-            "rnr_timer_s": [rnr_timer_s(x) for x in range(32) if rnr_codes >> x & 1],
+            "read_responses": _read_responses(v, rid),
+            "naks": dict(cols.naks.get(rid, {})) if rid >= 0 else {},
+            "rnr_naks": v["rnr"][rid] if rid >= 0 else 0,
+            "rnr_timer_s": [rnr_timer_s(x) for x in range(32) if rnr_codes >> x & 1]
+            if rnr_codes else [],
             "ack_latency_s": summary_s(fr.sketch(fid, "ack")),
             "read_latency_s": summary_s(fr.sketch(fid, "read")),
-            "icrc_failures": int(c["icrc_bad"][fid]),
-            "icrc_checked_packets": int(c["icrc_checked"][fid]),
-            "ecn": _ecn_doc(fr, fid),
+            "icrc_failures": v["icrc_bad"][fid],
+            "icrc_checked_packets": v["icrc_checked"][fid],
+            "ecn": _ecn_doc(fr, v, fid),
             "throughput": _throughput_doc(fr, fid, opts.interval_ns),
             "reverse": None,
         }
-        if rid is not None:
-            shown.add(rid)
+        if rid >= 0:
             doc["reverse"] = {
-                "dest_qp": fr.keys[rid].dest_qp, "packets": int(c["packets"][rid]),
-                "bytes": int(c["bytes"][rid]), "payload_bytes": int(c["payload"][rid]),
-                "data_bytes": int(c["data_payload"][rid]),
-                "opcodes": _opcodes(fr, rid), "ecn": _ecn_doc(fr, rid),
-                "icrc_failures": int(c["icrc_bad"][rid]),
-                "request_packets": int(c["requests"][rid]),
+                "dest_qp": fr.keys[rid].dest_qp, "packets": v["packets"][rid],
+                "bytes": v["bytes"][rid], "payload_bytes": v["payload"][rid],
+                "data_bytes": v["data_payload"][rid],
+                "opcodes": cols.opcodes[rid], "ecn": _ecn_doc(fr, v, rid),
+                "icrc_failures": v["icrc_bad"][rid],
+                "request_packets": v["requests"][rid],
                 "throughput": _throughput_doc(fr, rid, opts.interval_ns),
             }
         docs.append(doc)
@@ -479,12 +545,6 @@ def _ecn_series_doc(fr: FlowResults, last_ns: int | None, origin: int,
             "cnps": padded(fr.cnp_series)}
 
 
-def _flow_seen(capture: str, fr: FlowResults, fid: int) -> FlowSeen:
-    k = fr.keys[fid]
-    return FlowSeen(capture, k.src_ip, k.dst_ip, k.dest_qp, int(fr.c["dst_mac"][fid]),
-                    int(fr.c["pcp"][fid]), int(fr.c["data_payload"][fid]), k.ipv6)
-
-
 def _seen_doc(f: FlowSeen) -> dict[str, Any]:
     return {"capture": f.capture, "src_ip": _ip(f.src_ip, f.ipv6),
             "dst_ip": _ip(f.dst_ip, f.ipv6), "dest_qp": f.dest_qp, "data_bytes": f.data_bytes}
@@ -501,18 +561,21 @@ def _document(captures: list[dict[str, Any]], queues: list[tuple[QueueState, dic
     series_doc: dict[str, Any] = {}
     for capture, fr, last_ns in flow_results:
         series = fr.series
-        flows.extend(_flow_docs(capture, fr, opts, origin))
+        cols = _FlowColumns(fr, origin)
+        flows.extend(_flow_docs(capture, fr, cols, opts, origin))
         by_dst: dict[str, list[int]] = {}
         by_egress: dict[str, list[int]] = {}
         senders_to: dict[str, list[tuple[int, Hashable]]] = {}
-        for fid, key in enumerate(fr.keys):
-            fs = _flow_seen(capture, fr, fid)
-            seen.append(fs)
-            if fs.data_bytes == 0:
+        v = cols.v
+        for fid, key, dmac, pcp, data in zip(range(fr.n), fr.keys, v["dst_mac"], v["pcp"],
+                                             v["data_payload"], strict=True):
+            seen.append(FlowSeen(capture, key.src_ip, key.dst_ip, key.dest_qp, dmac, pcp,
+                                 data, key.ipv6))
+            if data == 0:
                 continue
-            dst = _ip(key.dst_ip, key.ipv6)
+            dst = cols.ip(key.dst_ip, key.ipv6)
             by_dst.setdefault(dst, []).append(fid)
-            by_egress.setdefault(format_mac_int(fs.dst_mac), []).append(fid)
+            by_egress.setdefault(cols.mac(dmac), []).append(fid)
             senders_to.setdefault(dst, []).append((fid, (key.src_ip, key.ipv6)))
         for kind, groups in (("destination", by_dst), ("egress", by_egress)):
             for fa in fairness(groups, series, kind, origin, opts.interval_ns):

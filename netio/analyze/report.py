@@ -9,16 +9,39 @@ fairness.
 
 from __future__ import annotations
 
+import io
 import json
 import textwrap
-from typing import Any
+from typing import Any, TextIO
 
 from netio.analyze.findings import flow_name, plural
 from netio.analyze.units import human_bytes, human_duration
 
 
+def write_json(doc: dict[str, Any], out: TextIO) -> None:
+    """Write ``doc`` as one JSON document, streamed: each top-level member on its own
+    line, and each element of a top-level list (every flow, pause sender, ...) on its
+    own line, encoded by the C encoder one element at a time (so the text of the
+    whole document is never held in memory, and 100,000 flows take seconds, not
+    minutes as with ``indent``)."""
+    enc = json.JSONEncoder().encode
+    out.write("{")
+    for i, (key, value) in enumerate(doc.items()):
+        out.write(("\n " if i == 0 else ",\n ") + enc(key) + ": ")
+        if isinstance(value, list) and value:
+            out.write("[")
+            for j, item in enumerate(value):
+                out.write(("\n  " if j == 0 else ",\n  ") + enc(item))
+            out.write("\n ]")
+        else:
+            out.write(enc(value))
+    out.write("\n}\n")
+
+
 def to_json(doc: dict[str, Any]) -> str:
-    return json.dumps(doc, indent=1, sort_keys=False) + "\n"
+    buf = io.StringIO()
+    write_json(doc, buf)
+    return buf.getvalue()
 
 
 def _table(headers: list[str], rows: list[list[str]], *, text_columns: int = 1) -> list[str]:
@@ -82,7 +105,13 @@ FLOW_LEGEND = (
     "again; NAK = NAKs other than RNR NAKs")
 
 
-def to_text(doc: dict[str, Any], *, max_flows: int = 30) -> str:
+#: Flows listed per capture in the text report unless ``--top`` says otherwise.
+DEFAULT_TOP_FLOWS = 20
+
+
+def to_text(doc: dict[str, Any], *, top: int = DEFAULT_TOP_FLOWS) -> str:
+    """The human report; at most ``top`` flows per capture (most bytes first; the JSON
+    document has every flow)."""
     out: list[str] = []
     caps = doc["captures"]
     total = sum(c["packets"] for c in caps)
@@ -162,13 +191,21 @@ def to_text(doc: dict[str, Any], *, max_flows: int = 30) -> str:
                        for s in doc["xon_storms"]], text_columns=2)
     flows = doc["flows"]
     if flows:
+        shown: list[dict[str, Any]] = []
+        per_capture: dict[str, int] = {}
+        for f in flows:  # most bytes first within each capture
+            k = per_capture[f["capture"]] = per_capture.get(f["capture"], 0) + 1
+            if k <= top:
+                shown.append(f)
+        cut = len(shown) < len(flows)
         out += ["", f"RoCE flows ({len(flows)}; per capture point, most bytes first"
-                + (f"; the first {max_flows} shown" if len(flows) > max_flows else "") + ")"]
+                + (f"; the first {top} of each capture shown (--top), all in --json"
+                   if cut else "") + ")"]
         out += _table(
             ["capture", "flow (src->dst qp)", "ops", "pkts", "wire[MiB]", "data[MiB]",
              "rate[Gb/s]", "msgs", "lost", "retx", "NAK", "RNR", "CE", "CNP",
              "ACK p50/p99[us]", "READ p50/p99[us]", "bad ICRC"],
-            [_flow_row(f) for f in flows[:max_flows]], text_columns=3)
+            [_flow_row(f) for f in shown], text_columns=3)
         out += textwrap.wrap(FLOW_LEGEND, 100, initial_indent="  (",
                              subsequent_indent="   ")
         out[-1] += ")"
@@ -191,4 +228,4 @@ def _prio(x: dict[str, Any]) -> str:
     return "all" if x["priority"] is None else str(x["priority"])
 
 
-__all__ = ["human_duration", "to_json", "to_text"]
+__all__ = ["human_duration", "to_json", "to_text", "write_json"]

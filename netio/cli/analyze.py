@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from netio.analyze.options import DEFAULT_LINK_BPS, AnalysisOptions, FlowFilter
+from netio.analyze.report import DEFAULT_TOP_FLOWS
 from netio.analyze.units import parse_bitrate, parse_duration
 
 EXIT_OK = 0
@@ -129,6 +130,16 @@ def parse_flow(text: str) -> FlowFilter:
                       ipv6=given is not None and given.version == 6)
 
 
+def _count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count (0 or more)")
+    return n
+
+
 def _flow(text: str) -> FlowFilter:
     try:
         return parse_flow(text)
@@ -151,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pcap/pcapng files (a directory means its *.pcap and *.pcapng)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON document (schema: netio.analyze.schema) instead of text")
+    p.add_argument("--top", type=_count, default=DEFAULT_TOP_FLOWS, metavar="N",
+                   help=f"flows listed per capture in the text report (default "
+                        f"{DEFAULT_TOP_FLOWS}, most bytes first; --json has every flow)")
     p.add_argument("--plot", metavar="DIR", help="write PNG charts into DIR")
     p.add_argument("--link-speed", action="append", default=[], metavar="[FILE=]RATE",
                    help=f"link speed for pause quanta (default {DEFAULT_LINK_BPS / 1e9:g}G); "
@@ -257,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from netio.analyze.engine import analyze
     from netio.analyze.plots import write_plots
-    from netio.analyze.report import to_json, to_text
+    from netio.analyze.report import to_text, write_json
 
     total = sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
     show = args.progress == "always" or (
@@ -277,7 +291,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not readable:
         sys.stderr.write("netio-analyze: error: no capture could be read\n")
         return EXIT_UNREADABLE
-    sys.stdout.write(to_json(doc) if args.json else to_text(doc))
+    if args.json:
+        write_json(doc, sys.stdout)
+    else:
+        sys.stdout.write(to_text(doc, top=args.top))
     if args.plot:
         for path in write_plots(doc, args.plot):
             sys.stderr.write(f"netio-analyze: wrote {path}\n")
