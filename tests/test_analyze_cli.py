@@ -263,7 +263,7 @@ def test_scenario_subcommand(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     bad = tmp_path / "bad.json"
     bad.write_text('{"name": "x"}')
     args = parser.parse_args(["scenario", "--file", str(bad), str(tmp_path / "d")])
-    assert args.func(args) == 2
+    assert args.func(args) == 3  # invalid input file
     assert "missing" in capsys.readouterr().err
 
 

@@ -81,20 +81,20 @@ def test_truncated_capture_warns_and_exits_1(tmp_path: Path,
     assert err.count("\n") == 1 and "record 199" in err and "byte offset" in err
 
 
-def test_not_a_capture_is_one_line_and_exit_2(tmp_path: Path,
+def test_not_a_capture_is_one_line_and_exit_3(tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "junk.pcap"
     path.write_bytes(b"this is not a capture file at all")
     code, out, err = _run(capsys, str(path))
-    assert code == 2
+    assert code == 3  # the table's "no input could be used", as netio-analyze says it
     assert out == ""
     assert err.startswith("netio decode: ") and err.count("\n") == 1 and str(path) in err
 
 
-def test_missing_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
+def test_missing_file_is_one_line_and_exit_3(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "netio.cli.main", "decode",
                            str(tmp_path / "nope.pcap")], capture_output=True, text=True)
-    assert proc.returncode == 2
+    assert proc.returncode == 3
     assert proc.stdout == ""
     assert "nope.pcap" in proc.stderr and proc.stderr.count("\n") == 1
     assert "Traceback" not in proc.stderr

@@ -12,13 +12,11 @@ octave) within 1/33 (3.0 %) relative error of the exact order statistic over
 a 2^32 range below the maximum (min and max exact); each sketch holds at most
 512 buckets (4 KiB, usually far fewer), one per latency kind a flow has.
 
-Exit codes:
-  0  analysed; no PFC or XON storm found
-  1  analysed; at least one PFC storm or XON storm found (for alerting scripts)
-  2  usage error (bad option or value)
-  3  no capture could be read at all (missing, empty, not a capture)
-Damaged or truncated captures are analysed up to the damage; a warning says
-where reading stopped, and the exit code follows the findings.
+netio-analyze exits 0 (no storm), 1 (a PFC or XON storm found, for alerting
+scripts), 2 (usage), 3 (no capture could be read at all: missing, empty, not
+a capture, unsupported link type), 4 (the output could not be written) or
+130. Damaged or truncated captures are analysed up to the damage; a warning
+says where reading stopped, and the exit code follows the findings.
 """
 
 from __future__ import annotations
@@ -35,11 +33,12 @@ from typing import NoReturn
 from netio.analyze.options import DEFAULT_LINK_BPS, AnalysisOptions, FlowFilter
 from netio.analyze.report import DEFAULT_TOP_FLOWS
 from netio.analyze.units import parse_bitrate, parse_duration
+from netio.cli.exit_codes import EXIT_CODES_HELP, ExitCode
 
-EXIT_OK = 0
-EXIT_STORM = 1
-EXIT_USAGE = 2
-EXIT_UNREADABLE = 3
+EXIT_OK = ExitCode.OK
+EXIT_STORM = ExitCode.FOUND
+EXIT_USAGE = ExitCode.USAGE
+EXIT_UNREADABLE = ExitCode.UNREADABLE
 #: Show a progress bar on a terminal when the input is at least this large.
 PROGRESS_MIN_BYTES = 64 << 20
 
@@ -156,7 +155,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
-        prog="netio-analyze", description=__doc__,
+        prog="netio-analyze", description=__doc__, epilog=EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("captures", nargs="+", metavar="CAPTURE",
                    help="pcap/pcapng files (a directory means its *.pcap and *.pcapng)")
@@ -281,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         doc = analyze(paths, opts, use_native=False if args.pure else None, progress=bar)
     except KeyboardInterrupt:
         sys.stderr.write("netio-analyze: interrupted\n")
-        return 130
+        return ExitCode.INTERRUPTED
     finally:
         if bar is not None:
             bar.close()

@@ -5,11 +5,12 @@ the addresses, and the decoded RoCEv2 (opcode, dest QP, PSN, AckReq ``A``,
 extension headers, payload bytes, ICRC verdict) or PFC/PAUSE content.
 ``--summary`` prints only the per-opcode and per-kind counts.
 
-Exit codes: 0 read to the end (or the --count frames); 1 the capture is
-damaged (the frames before the damage were decoded, the warning says where
-reading stopped); 2 the file cannot be read as a capture or the arguments are
-wrong; 130 interrupted (Ctrl-C); 141 the reader of the output went away
-(``| head``), as for a tool killed by SIGPIPE, without a message.
+Exit codes (netio.cli.exit_codes): 0 read to the end (or the --count
+frames); 1 the capture is damaged (the frames before the damage were decoded,
+the warning says where reading stopped); 2 the arguments are wrong; 3 the
+file cannot be read as a capture (or has a link type netio does not read);
+130 interrupted (Ctrl-C); 141 the reader of the output went away (``| head``),
+as for a tool killed by SIGPIPE, without a message.
 """
 
 from __future__ import annotations
@@ -21,17 +22,18 @@ import warnings
 from collections import Counter
 from typing import Any, TextIO
 
+from netio.cli.exit_codes import EXIT_CODES_HELP, ExitCode
 from netio.errors import CaptureError, CaptureWarning, DecodeError
 from netio.pcap import open_capture
 from netio.wire import Frame, decode_frame, format_mac
 from netio.wire.bth import Opcode
 from netio.wire.ext import AckType
 
-EXIT_OK = 0
-EXIT_DAMAGED = 1
-EXIT_UNREADABLE = 2
-EXIT_INTERRUPTED = 130
-EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
+EXIT_OK = ExitCode.OK
+EXIT_DAMAGED = ExitCode.FOUND
+EXIT_UNREADABLE = ExitCode.UNREADABLE
+EXIT_INTERRUPTED = ExitCode.INTERRUPTED
+EXIT_BROKEN_PIPE = ExitCode.BROKEN_PIPE
 
 
 def _positive(text: str) -> int:
@@ -47,7 +49,8 @@ def _positive(text: str) -> int:
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "decode", help="decode a capture frame by frame (RoCEv2, CNP, CM MADs, PFC, PAUSE)",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        description=__doc__, epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("capture", help="pcap or pcapng file")
     parser.add_argument("-c", "--count", type=_positive, default=None, metavar="N",
                         help="stop after N frames (N >= 1)")
