@@ -203,7 +203,7 @@ def test_pcapng_unknown_blocks_non_ethernet_non_roce(tmp_path: Path,
     weird = tmp_path / "weird.pcap"  # a link type netio does not decode
     weird.write_bytes(pcap_file([(1, 0, _frame(), 60)], linktype=147))
     code, out, err = run(capsys, "--json", str(weird))
-    assert "could not be decoded" in err and code == EXIT_OK
+    assert "link type 147 is not supported" in err and code == EXIT_UNREADABLE
     plain = tmp_path / "plain.pcap"
     plain.write_bytes(pcap_file([(1, i, _frame(), 60) for i in range(3)]))
     code, out, err = run(capsys, str(plain))
@@ -311,3 +311,65 @@ def test_top_limits_the_text_flows_per_capture(small: list[str],
         main(["--top", "-1", *small])
     err = capsys.readouterr().err
     assert exc.value.code == EXIT_USAGE and "--top" in err and "not a count" in err
+
+
+ERF_SAYS = ("link type 197 (ERF) is not supported; netio reads Ethernet, Linux cooked v1/v2 "
+            "and raw IP")
+
+
+def test_unsupported_link_type_is_said_once(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    erf = tmp_path / "erf.pcap"
+    erf.write_bytes(pcap_file([(1, i, bytes(80), 80) for i in range(50)], linktype=197))
+    for pure in ([], ["--pure"]):
+        code, out, err = run(capsys, *pure, str(erf))
+        assert code == EXIT_UNREADABLE and out == ""
+        assert err.count(ERF_SAYS) == 1 and "malformed" not in err and "decoded" not in err
+    code, out, err = run(capsys, "--json", str(erf))
+    doc = json.loads(out)
+    assert code == EXIT_UNREADABLE and ERF_SAYS in doc["error"]
+    assert doc["captures"][0]["malformed_packets"] == 0 and not doc["captures"][0]["readable"]
+    from netio.cli.main import main as netio_main
+    assert netio_main(["decode", str(erf)]) == EXIT_UNREADABLE
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and ERF_SAYS in err
+
+
+def test_a_second_interface_of_unsupported_type_is_one_warning(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    arp = b"\xff" * 6 + b"\x04" * 6 + b"\x08\x06" + bytes(46)  # not RoCE, not malformed
+    ng = shb() + idb(1) + idb(197) + b"".join(epb(i % 2, i, arp) for i in range(40))
+    p = tmp_path / "mixed.pcapng"
+    p.write_bytes(ng)
+    code, out, err = run(capsys, "--json", str(p))
+    cap = json.loads(out)["captures"][0]
+    assert code == EXIT_OK and cap["packets"] == 20 and cap["malformed_packets"] == 0
+    assert err.count("20 records skipped: " + ERF_SAYS) == 1
+
+
+@pytest.mark.parametrize("case", ["missing", "garbage", "usage"])
+def test_json_always_writes_one_document(case: str, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "x.pcap"
+    if case == "garbage":
+        path.write_bytes(b"this is not a capture at all" * 10)
+    if case == "usage":
+        with pytest.raises(SystemExit) as exc:
+            main(["--json", "--top", "many", str(path)])
+        code = exc.value.code
+        out, _ = capsys.readouterr()
+    else:
+        code, out, _ = run(capsys, "--json", str(path))
+    doc = json.loads(out)  # exactly one document
+    assert doc["tool"] == "netio-analyze" and doc["schema_version"] == SCHEMA_VERSION
+    if case == "usage":
+        assert code == EXIT_USAGE and "--top" in doc["error"]
+    else:
+        assert code == EXIT_UNREADABLE and "x.pcap" in doc["error"]
+        assert set(TOP_LEVEL_KEYS) <= doc.keys()
+
+
+def test_json_error_is_null_on_success(small: list[str],
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run(capsys, "--json", *small)
+    assert json.loads(out)["error"] is None

@@ -29,7 +29,7 @@ import numpy.typing as npt
 
 from netio import __version__, native
 from netio.analyze.columns import Flag, Kind, PacketColumns
-from netio.analyze.extract import CHUNK_RECORDS, CaptureChunks, c_columns
+from netio.analyze.extract import CHUNK_RECORDS, CaptureChunks, c_columns, count_unsupported
 from netio.analyze.fairness import fairness, incasts
 from netio.analyze.findings import findings
 from netio.analyze.flows import (
@@ -48,6 +48,7 @@ from netio.analyze.spreading import ASSUMPTIONS, FlowSeen, PauseEvent, build_cha
 from netio.analyze.storms import detect_storms
 from netio.analyze.units import format_ip_int, format_mac_int
 from netio.errors import CaptureError, CaptureWarning
+from netio.pcap.format import unsupported_linktype
 from netio.pcap.scan import CaptureScanner, ScanColumns, WindowScanner
 from netio.wire.bth import OPCODE_TABLE
 from netio.wire.ext import NakCode, rnr_timer_s
@@ -135,6 +136,7 @@ class _CaptureRun:
     scan_warnings: tuple[str, ...] = ()
     queues: list[QueueState] = field(default_factory=list)
     flows: FlowResults | None = None
+    unsupported: dict[int, int] = field(default_factory=dict)  # link type -> records
 
 
 def analyze(paths: Sequence[str], opts: AnalysisOptions, *, use_native: bool | None = None,
@@ -174,10 +176,19 @@ def analyze(paths: Sequence[str], opts: AnalysisOptions, *, use_native: bool | N
         kinds = run.kinds
         records = run.records
         error = run.error
+        skipped = sum(run.unsupported.values())
+        if skipped:  # decoded as malformed, one by one; said once instead
+            kinds[Kind.MALFORMED] -= skipped
         cap_warnings = list(run.scan_warnings)
+        for lt, n in sorted(run.unsupported.items()):
+            if skipped == records and error is None and len(run.unsupported) == 1:
+                error = f"{cap.path}: {unsupported_linktype(lt)}"
+            else:
+                cap_warnings.append(f"{cap.path}: {n} records skipped: "
+                                    f"{unsupported_linktype(lt)}")
         if error is not None:
             cap_warnings.append(error)
-        if kinds[Kind.ROCE] == 0 and records and error is None:
+        if kinds[Kind.ROCE] == 0 and records > skipped and error is None:
             filtered = (opts.priorities is not None or opts.flow is not None
                         or opts.start_ns is not None or opts.end_ns is not None)
             what = "match the filters" if filtered else "(UDP port 4791)"
@@ -205,7 +216,7 @@ def analyze(paths: Sequence[str], opts: AnalysisOptions, *, use_native: bool | N
             "first_ts_s": (f0 - origin) / 1e9, "last_ts_s": (l0 - origin) / 1e9,
             "duration_s": (l0 - f0) / 1e9, "link_bps": link,
             "complete": error is None and not run.scan_warnings,
-            "readable": error is None or records > 0, "warnings": cap_warnings,
+            "readable": error is None or records > skipped, "warnings": cap_warnings,
         }
         captures.append(entry)
         for q in run.queues:
@@ -277,6 +288,7 @@ def _native_pass(path: str, opts: AnalysisOptions, origin: int, pa: PauseAnalyze
             if n == 0:
                 break
             run.records += n
+            count_unsupported(scan.linktype[:n], run.unsupported)
             rc = lib.netio_analyzer_feed(flows.handle, scanner.cbuffer, scanner.have, *sp, n,
                                          cctl, ctl_cap, ctl_n)
             if rc < 0:
@@ -321,6 +333,7 @@ def _reference_pass(path: str, opts: AnalysisOptions, origin: int, pa: PauseAnal
     except CaptureError as exc:
         run.error = str(exc)
     run.scan_warnings = chunks.warnings
+    run.unsupported = chunks.unsupported
     run.queues = pa.finish()
     run.flows = fr.results()
     return run
@@ -641,7 +654,7 @@ def _document(captures: list[dict[str, Any]], queues: list[tuple[QueueState, dic
         "captures": captures, "warnings": warnings, "pause_senders": senders,
         "storms": storms, "xon_storms": xon_storms, "spreading": spreading, "flows": flows,
         "fairness": fairness_docs, "incast": incast_docs, "ecn_series": series_doc,
-        "assumptions": assumptions,
+        "assumptions": assumptions, "error": None,
     }
     doc["findings"] = findings(doc)
     return doc

@@ -68,7 +68,13 @@ Top level
         capture without packets); one list per capture, so its length is the span
         over interval_s, capped at netio.analyze.flows.MAX_SERIES_INTERVALS (marks
         later than that are counted in a warning instead),
-    assumptions[]: every assumption the analysis made, in words.
+    assumptions[]: every assumption the analysis made, in words,
+    error: null, or one line saying why the run failed (iperf3's convention: with
+        --json a failed run still writes exactly one document). When no capture could
+        be read the document is complete and error names each capture's problem; a
+        usage error, an interruption or running out of memory writes only
+        schema_version, tool, netio_version and error. The exit code
+        (netio.cli.exit_codes) says the same.
 """
 
 from __future__ import annotations
@@ -79,5 +85,5 @@ SCHEMA_VERSION = 1
 TOP_LEVEL_KEYS: tuple[str, ...] = (
     "schema_version", "tool", "netio_version", "time_origin_ns", "native", "options",
     "captures", "warnings", "findings", "pause_senders", "storms", "xon_storms", "spreading",
-    "flows", "fairness", "incast", "ecn_series", "assumptions",
+    "flows", "fairness", "incast", "ecn_series", "assumptions", "error",
 )

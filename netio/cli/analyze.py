@@ -28,7 +28,7 @@ import time
 from collections.abc import Sequence
 from ipaddress import IPv4Address, IPv6Address
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from netio.analyze.options import DEFAULT_LINK_BPS, AnalysisOptions, FlowFilter
 from netio.analyze.report import DEFAULT_TOP_FLOWS
@@ -147,10 +147,35 @@ def _flow(text: str) -> FlowFilter:
 
 
 class _Parser(argparse.ArgumentParser):
-    """Usage errors as one line on stderr (exit 2), not the usage text."""
+    """Usage errors as one line on stderr (exit 2), not the usage text; with --json
+    on the command line, also as a JSON document with an ``error`` member."""
+
+    json_wanted = False
 
     def error(self, message: str) -> NoReturn:
+        if self.json_wanted:
+            _json_error(f"usage: {message}")
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _json_error(message: str, doc: dict[str, Any] | None = None) -> None:
+    """Write the one JSON document of a failed run: ``doc`` (or the identifying
+    members alone) with ``error`` set, as iperf3 does."""
+    import json
+
+    from netio import __version__
+    from netio.analyze.schema import SCHEMA_VERSION
+
+    out = dict(doc) if doc is not None else {
+        "schema_version": SCHEMA_VERSION, "tool": "netio-analyze",
+        "netio_version": __version__}
+    out["error"] = message
+    if doc is not None:
+        from netio.analyze.report import write_json
+        write_json(out, sys.stdout)
+    else:
+        sys.stdout.write(json.dumps(out, indent=1) + "\n")
+    sys.stdout.flush()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -252,6 +277,9 @@ class _Bar:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if isinstance(parser, _Parser):
+        parser.json_wanted = "--json" in argv
     args = parser.parse_args(argv)
     paths = _expand(args.captures)
     if not paths:
@@ -280,7 +308,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         doc = analyze(paths, opts, use_native=False if args.pure else None, progress=bar)
     except KeyboardInterrupt:
         sys.stderr.write("netio-analyze: interrupted\n")
+        if args.json:
+            _json_error("interrupted")
         return ExitCode.INTERRUPTED
+    except MemoryError:
+        sys.stderr.write("netio-analyze: error: out of memory\n")
+        if args.json:
+            _json_error("out of memory")
+        return ExitCode.FAILED
     finally:
         if bar is not None:
             bar.close()
@@ -289,6 +324,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     readable = [c for c in doc["captures"] if c["readable"]]
     if not readable:
         sys.stderr.write("netio-analyze: error: no capture could be read\n")
+        if args.json:
+            why = "; ".join(w for c in doc["captures"] for w in c["warnings"])
+            _json_error(f"no capture could be read: {why}", doc)
         return EXIT_UNREADABLE
     if args.json:
         write_json(doc, sys.stdout)

@@ -25,6 +25,7 @@ from typing import Any, TextIO
 from netio.cli.exit_codes import EXIT_CODES_HELP, ExitCode
 from netio.errors import CaptureError, CaptureWarning, DecodeError
 from netio.pcap import open_capture
+from netio.pcap.format import SUPPORTED_LINKTYPES, unsupported_linktype
 from netio.wire import Frame, decode_frame, format_mac
 from netio.wire.bth import Opcode
 from netio.wire.ext import AckType
@@ -168,6 +169,7 @@ def _decode(args: argparse.Namespace, out: TextIO) -> int:
     undecodable = 0
     damaged = False
     first_ts: int | None = None
+    unsupported: Counter[int] = Counter()  # records per link type netio does not read
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CaptureWarning)
         try:
@@ -177,6 +179,9 @@ def _decode(args: argparse.Namespace, out: TextIO) -> int:
                         break
                     first_ts = record.ts_ns if first_ts is None else first_ts
                     rel_s = (record.ts_ns - first_ts) / 1e9
+                    if record.linktype not in SUPPORTED_LINKTYPES:
+                        unsupported[record.linktype] += 1  # said once, below
+                        continue
                     try:
                         frame = decode_frame(record.frame, record.linktype,
                                              allow_truncated=True)
@@ -203,6 +208,13 @@ def _decode(args: argparse.Namespace, out: TextIO) -> int:
     for warning in caught:
         damaged = damaged or issubclass(warning.category, CaptureWarning)
         print(f"netio decode: warning: {warning.message}", file=sys.stderr)
+    if unsupported and not counts:
+        lt = unsupported.most_common(1)[0][0]
+        print(f"netio decode: {args.capture}: {unsupported_linktype(lt)}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    for lt, n in sorted(unsupported.items()):
+        print(f"netio decode: warning: {args.capture}: {n} frames skipped: "
+              f"{unsupported_linktype(lt)}", file=sys.stderr)
     total = sum(counts.values())
     print(f"{total} frames, {bad_icrc} bad ICRC, {undecodable} undecodable", file=out)
     for name, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
