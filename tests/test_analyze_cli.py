@@ -373,3 +373,50 @@ def test_json_error_is_null_on_success(small: list[str],
                                        capsys: pytest.CaptureFixture[str]) -> None:
     _, out, _ = run(capsys, "--json", *small)
     assert json.loads(out)["error"] is None
+
+
+def test_goodput_has_one_definition(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A QP doing WRITEs and a READ: the JSON goodput and the text rate are the same
+    number: every byte of data once (WRITE payloads and READ response payloads) over
+    the time from the first to the last packet of either direction."""
+    from netio.pcap import PcapWriter
+    from netio.wire.bth import Bth, Opcode
+    from netio.wire.ext import Aeth, Reth
+
+    a, b = bytes.fromhex("020000000001"), bytes.fromhex("020000000002")
+    fwd = {"src_mac": a, "dst_mac": b, "src_ip": "10.0.0.1", "dst_ip": "10.0.0.2",
+           "src_port": 50000}
+    rev = {"src_mac": b, "dst_mac": a, "src_ip": "10.0.0.2", "dst_ip": "10.0.0.1",
+           "src_port": 50001}
+    frames = [  # (ts ns, frame)
+        (1_000, build(fwd, Bth(Opcode.RC_RDMA_WRITE_ONLY, dest_qp=0x22, psn=0, ack_req=True),
+                      reth=Reth(0x1000, 1, 1000), payload=bytes(1000))),
+        (2_000, build(rev, Bth(Opcode.RC_ACKNOWLEDGE, dest_qp=0x11, psn=0),
+                      aeth=Aeth.ack(0))),
+        (3_000, build(fwd, Bth(Opcode.RC_RDMA_WRITE_ONLY, dest_qp=0x22, psn=1, ack_req=True),
+                      reth=Reth(0x1000, 1, 1000), payload=bytes(1000))),
+        (4_000, build(fwd, Bth(Opcode.RC_RDMA_READ_REQUEST, dest_qp=0x22, psn=2),
+                      reth=Reth(0x2000, 1, 2000))),
+        (9_000, build(rev, Bth(Opcode.RC_RDMA_READ_RESPONSE_ONLY, dest_qp=0x11, psn=2),
+                      aeth=Aeth.ack(1), payload=bytes(2000))),
+    ]
+    path = tmp_path / "mixed.pcap"
+    w = PcapWriter(path)
+    for ts, f in frames:
+        w.write(ts, f)
+    w.close()
+    _, out, _ = run(capsys, "--json", str(path))
+    (flow,) = json.loads(out)["flows"]
+    data_bytes = 1000 + 1000 + 2000
+    span_s = (9_000 - 1_000) / 1e9
+    assert flow["goodput_bytes"] == data_bytes
+    assert flow["goodput_bps"] == pytest.approx(data_bytes * 8 / span_s)
+    _, text, _ = run(capsys, str(path))
+    row = next(ln for ln in text.splitlines() if "10.0.0.1->10.0.0.2 qp 0x22" in ln
+               and ln.startswith("mixed"))
+    assert f"{data_bytes * 8 / span_s / 1e9:.3f}" in row.split()
+
+
+def build(side: dict[str, Any], bth: Any, **kw: Any) -> bytes:
+    from netio.wire.packet import build_roce_frame
+    return build_roce_frame(bth=bth, **side, **kw)

@@ -497,7 +497,13 @@ def _flow_docs(capture: str, fr: FlowResults, cols: _FlowColumns,
         key = fr.keys[fid]
         req = v["requests"][fid]
         retx = v["dups"][fid] + v["ooo"][fid]
-        dur = max(1, v["last_ts"][fid] - v["first_ts"][fid])
+        # Goodput (one definition, README and schema): the data the QP moved either
+        # way, over the time from the first to the last packet of either direction.
+        goodput = v["data_payload"][fid] + (v["data_payload"][rid] if rid >= 0 else 0)
+        first, last = v["first_ts"][fid], v["last_ts"][fid]
+        if rid >= 0:
+            first, last = min(first, v["first_ts"][rid]), max(last, v["last_ts"][rid])
+        dur = max(1, last - first)
         rnr_codes = v["rnr_codes"][rid] if rid >= 0 else 0
         doc: dict[str, Any] = {
             "capture": capture, "src_ip": cols.ip(key.src_ip, key.ipv6),
@@ -508,9 +514,9 @@ def _flow_docs(capture: str, fr: FlowResults, cols: _FlowColumns,
             "first_ts_s": (v["first_ts"][fid] - origin) / 1e9,
             "last_ts_s": (v["last_ts"][fid] - origin) / 1e9,
             "packets": v["packets"][fid], "bytes": v["bytes"][fid],
-            "payload_bytes": v["payload"][fid], "goodput_bytes": v["goodput"][fid],
+            "payload_bytes": v["payload"][fid], "goodput_bytes": goodput,
             "data_bytes": v["data_payload"][fid],
-            "goodput_bps": v["goodput"][fid] * 8 / (dur / 1e9),
+            "goodput_bps": goodput * 8 / (dur / 1e9),
             "opcodes": cols.opcodes[fid], "messages": v["messages"][fid],
             "request_packets": req,
             "psn_gaps": v["gaps"][fid], "psn_gap_packets": v["gap_packets"][fid],

@@ -70,13 +70,11 @@ def _mib(n: int) -> str:
 
 def _flow_row(f: dict[str, Any]) -> list[str]:
     rev = f["reverse"] or {}
-    # The data this QP moved, either way: a READ's data are its responses.
-    data = f["data_bytes"] + rev.get("data_bytes", 0)
-    dur = max(f["last_ts_s"] - f["first_ts_s"], 1e-9)
     rev_ecn = rev.get("ecn") or {}
     return [
         f["capture"], flow_name(f), _ops(f), str(f["packets"] + rev.get("packets", 0)),
-        _mib(f["bytes"] + rev.get("bytes", 0)), _mib(data), f"{data * 8 / dur / 1e9:.3f}",
+        _mib(f["bytes"] + rev.get("bytes", 0)), _mib(f["goodput_bytes"]),
+        f"{f['goodput_bps'] / 1e9:.3f}",
         str(f["messages"]), str(f["psn_gap_packets"]), str(f["retransmitted_packets"]),
         str(sum(f["naks"].values())), str(f["rnr_naks"]),
         str(f["ecn"]["ce_packets"] + rev_ecn.get("ce_packets", 0)),
@@ -100,7 +98,8 @@ def _ops(f: dict[str, Any]) -> str:
 
 FLOW_LEGEND = (
     "pkts, wire, data, CE and CNP count both directions; data = payload sent the first time "
-    "(a READ's data are its responses); rate = data over the flow's duration; lost = packets "
+    "(a READ's data are its responses): the JSON goodput_bytes; rate = that data over the time "
+    "from the first to the last packet of either direction: the JSON goodput_bps; lost = packets "
     "missing from the PSN sequence (lost before this capture point); retx = requests sent "
     "again; NAK = NAKs other than RNR NAKs")
 

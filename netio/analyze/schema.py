@@ -30,9 +30,13 @@ Top level
         flows that carried data: capture, src_ip, dst_ip, dest_qp, data_bytes)},
     flows[]: capture, src_ip, dst_ip (IPv4 dotted or IPv6 RFC 5952 text; flows are keyed
         on full addresses), dest_qp, priority, src_mac, dst_mac, first_ts_s,
-        last_ts_s, packets, bytes (on the wire), payload_bytes, goodput_bytes (first
-        copies only), goodput_bps, data_bytes (payload of first-copy requests and of
-        responses that are not duplicates: what the throughput series sums),
+        last_ts_s, packets, bytes (on the wire), payload_bytes, data_bytes (payload of
+        first-copy requests and of responses that are not duplicates: what the
+        throughput series sums), goodput_bytes (the data the QP moved either way:
+        data_bytes of this direction plus data_bytes of the reverse, so a READ's
+        data are its responses), goodput_bps (goodput_bytes over the time from the
+        first to the last packet of either direction; the text report's "rate" is
+        this value),
         opcodes {NAME: packets}, messages, request_packets,
         psn_gaps, psn_gap_packets, duplicate_packets, out_of_order_packets,
         retransmitted_packets, retransmission_ratio,

@@ -141,6 +141,8 @@ def truth_document(scenario: Scenario, tables: dict[str, Rows], flows: Sequence[
                 ecn_rev = ecn_data
             else:
                 ecn_fwd = ecn_data
+            ts = t.cols["ts_ns"][mine]
+            span_ns = int(ts.max() - ts.min())
             pay_fwd = int(t.cols["payload"][fwd].sum())
             pay_rev = int(t.cols["payload"][rev].sum())
             flow_docs.append({
@@ -148,7 +150,10 @@ def truth_document(scenario: Scenario, tables: dict[str, Rows], flows: Sequence[
                 "dst_ip": format_ipv4_int(f.dst_ip), "dest_qp": f.dst_qp,
                 "priority": f.priority,
                 "packets": int(np.count_nonzero(fwd)), "payload_bytes": pay_fwd,
-                "goodput_bytes": (f.messages * f.message_bytes if f.op != "read" else 0),
+                # Every message's data once, in whichever direction it travelled,
+                # over the span of the flow's packets at this port (both directions).
+                "goodput_bytes": f.messages * f.message_bytes,
+                "goodput_bps": f.messages * f.message_bytes * 8 / (max(1, span_ns) / 1e9),
                 "opcodes": mix(fwd), "messages": tr.messages if f.op != "read" else f.messages,
                 "psn_gaps": tr.psn_gaps, "psn_gap_packets": tr.psn_gap_packets,
                 "duplicate_packets": tr.duplicates, "out_of_order_packets": tr.out_of_order,
