@@ -2,7 +2,9 @@
 
 Each line shows the frame number (1-based), the time since the first frame,
 the addresses, and the decoded RoCEv2 (opcode, dest QP, PSN, AckReq ``A``,
-extension headers, payload bytes, ICRC verdict) or PFC/PAUSE content.
+extension headers, payload bytes, ICRC verdict) or PFC/PAUSE content. A frame
+cut by the capture's snap length shows ``payload=CAPTURED/CARRIED`` (e.g.
+``payload=74/1024``) and no ICRC verdict.
 ``--summary`` prints only the per-opcode and per-kind counts.
 
 Exit codes (netio.cli.exit_codes): 0 read to the end (or the --count
@@ -110,12 +112,25 @@ def describe(frame: Frame, *, check_icrc: bool = True) -> str:
         parts.append(f"MAD(class=0x{mad.mgmt_class:02x} method=0x{mad.method:02x} attr={attr})")
     if frame.ecn is not None and frame.ecn == 3:
         parts.append("CE")
-    parts.append(f"payload={len(frame.payload)}")
+    parts.append(_payload_text(frame))
     if check_icrc:
         verdict = frame.icrc_ok()
         if verdict is False:
             parts.append("ICRC-BAD")
     return " ".join(parts)
+
+
+def _payload_text(frame: Frame) -> str:
+    """``payload=N``, or ``payload=N/M`` when the snap length kept N of the M bytes
+    the packet carried (its IP length says M; the pad and the ICRC are not payload)."""
+    n = len(frame.payload)
+    if not frame.truncated or frame.roce is None:
+        return f"payload={n}"
+    payload_end = frame.l3_end - 4 - frame.roce.bth.pad_count
+    captured = len(frame.raw)
+    if captured >= payload_end:
+        return f"payload={n}"
+    return f"payload={n}/{payload_end - (captured - n)}"
 
 
 def _opcode_name(opcode: int) -> str:
