@@ -48,6 +48,7 @@ from netio.analyze.spreading import ASSUMPTIONS, FlowSeen, PauseEvent, build_cha
 from netio.analyze.storms import detect_storms
 from netio.analyze.units import format_ip_int, format_mac_int
 from netio.errors import CaptureError, CaptureWarning
+from netio.pcap.compressed import strip_compression_suffix
 from netio.pcap.format import unsupported_linktype
 from netio.pcap.scan import CaptureScanner, ScanColumns, WindowScanner
 from netio.wire.bth import OPCODE_TABLE
@@ -64,8 +65,9 @@ class CaptureInput:
 
 
 def capture_names(paths: Sequence[str]) -> list[CaptureInput]:
-    """Name each capture by its file stem (made unique with its index if needed)."""
-    stems = [Path(p).stem for p in paths]
+    """Name each capture by its file stem (made unique with its index if needed); a
+    compressed capture's too (``sw1-p1.pcap.gz`` is ``sw1-p1``)."""
+    stems = [Path(strip_compression_suffix(Path(p).name)).stem for p in paths]
     out = []
     for i, (p, s) in enumerate(zip(paths, stems, strict=True)):
         out.append(CaptureInput(s if stems.count(s) == 1 else f"{s}#{i}", p))

@@ -39,6 +39,9 @@ EXIT_OK = ExitCode.OK
 EXIT_STORM = ExitCode.FOUND
 EXIT_USAGE = ExitCode.USAGE
 EXIT_UNREADABLE = ExitCode.UNREADABLE
+#: File name endings of captures in a directory given as input (each may also end in
+#: .gz, .xz or .zst: compressed captures are read directly).
+CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap")
 #: Show a progress bar on a terminal when the input is at least this large.
 PROGRESS_MIN_BYTES = 64 << 20
 
@@ -183,7 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="netio-analyze", description=__doc__, epilog=EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("captures", nargs="+", metavar="CAPTURE",
-                   help="pcap/pcapng files (a directory means its *.pcap and *.pcapng)")
+                   help="pcap/pcapng files, also gzip/xz/zstd-compressed (a directory means "
+                        "its *.pcap, *.pcapng and *.cap, compressed or not)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON document (schema: netio.analyze.schema) instead of text")
     p.add_argument("--top", type=_count, default=DEFAULT_TOP_FLOWS, metavar="N",
@@ -226,11 +230,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _expand(paths: Sequence[str]) -> list[str]:
+    from netio.pcap.compressed import strip_compression_suffix
+
     out: list[str] = []
     for p in paths:
         if os.path.isdir(p):
             found = sorted(str(x) for x in Path(p).iterdir()
-                           if x.suffix in (".pcap", ".pcapng", ".cap"))
+                           if Path(strip_compression_suffix(x.name)).suffix in CAPTURE_SUFFIXES)
             out.extend(found)
         else:
             out.append(p)
@@ -239,6 +245,8 @@ def _expand(paths: Sequence[str]) -> list[str]:
 
 def _link_speeds(values: Sequence[str], parser: argparse.ArgumentParser
                  ) -> tuple[int, dict[str, int]]:
+    from netio.pcap.compressed import strip_compression_suffix
+
     default = DEFAULT_LINK_BPS
     per: dict[str, int] = {}
     for v in values:
@@ -248,7 +256,7 @@ def _link_speeds(values: Sequence[str], parser: argparse.ArgumentParser
         except ValueError as exc:
             parser.error(f"--link-speed: {exc}")
         if sep:
-            per[Path(name).stem] = bps
+            per[Path(strip_compression_suffix(Path(name).name)).stem] = bps
         else:
             default = bps
     return default, per
@@ -264,7 +272,7 @@ class _Bar:
         if now - self.last < 0.2 and done < total:
             return
         self.last = now
-        frac = done / total if total else 1.0
+        frac = min(1.0, done / total) if total else 1.0  # compressed: bytes read may exceed
         width = 30
         bar = "#" * int(frac * width)
         rate = done / max(1e-9, now - self.start) / 1e6
@@ -276,6 +284,10 @@ class _Bar:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # The analysis uses no BLAS: keep numpy's OpenBLAS from starting (spinning)
+    # worker threads, so each analysing process runs on one core. Set before the
+    # first import of numpy (after the options are parsed).
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if isinstance(parser, _Parser):
@@ -293,9 +305,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         causality_ns=args.causality_window, interval_ns=max(1, args.interval),
         incast_senders=args.incast_senders, priorities=args.priority, flow=args.flow,
         start_ns=args.start, end_ns=args.end, verify_icrc=not args.no_icrc)
-    # The analysis uses no BLAS: keep numpy's OpenBLAS from starting (spinning)
-    # worker threads, so netio-analyze runs on one core. numpy is first imported here.
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from netio.analyze.engine import analyze
     from netio.analyze.plots import write_plots
     from netio.analyze.report import to_text, write_json
