@@ -129,3 +129,8 @@ class SnmpError(NetioError):
 class ScenarioError(NetioError, ValueError):
     """A scenario description (``netio scenario``) is invalid: unknown key, bad value,
     overlapping events."""
+
+
+class ClusterError(NetioError):
+    """The analysis cluster (``netio-analyze --dask-scheduler``) cannot be used: Dask is
+    not installed, or the scheduler cannot be reached."""

@@ -29,6 +29,7 @@ import numpy.typing as npt
 
 from netio import __version__, native
 from netio.analyze.columns import Flag, Kind, PacketColumns
+from netio.analyze.distribute import Mapper
 from netio.analyze.extract import CHUNK_RECORDS, CaptureChunks, c_columns, count_unsupported
 from netio.analyze.fairness import fairness, incasts
 from netio.analyze.findings import findings
@@ -74,10 +75,19 @@ def capture_names(paths: Sequence[str]) -> list[CaptureInput]:
     return out
 
 
-def _first_ts(path: str) -> int | None:
+def first_timestamp(path: str) -> int | None:
+    """The first record's timestamp (ns), None when there is none to read. Reads one
+    window (a compressed capture is not decompressed whole)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CaptureWarning)  # reported by the full pass
         try:
+            if native.AVAILABLE:
+                ws = WindowScanner(path, window_bytes=1 << 16)
+                try:
+                    out = ScanColumns.empty(1)
+                    return int(out.ts_ns[0]) if ws.next_batch(out) else None
+                finally:
+                    ws.close()
             with CaptureScanner(path) as sc:
                 for chunk in sc.chunks(1):
                     return int(chunk.ts_ns[0])
@@ -127,8 +137,8 @@ def _filter(cols: PacketColumns, opts: AnalysisOptions, origin: int) -> PacketCo
 
 
 @dataclass(slots=True)
-class _CaptureRun:
-    """What one capture's pass produced."""
+class CaptureRun:
+    """What one capture's pass produced (picklable: it comes back from workers)."""
 
     records: int = 0
     kinds: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(5, np.int64))
@@ -141,40 +151,74 @@ class _CaptureRun:
     unsupported: dict[int, int] = field(default_factory=dict)  # link type -> records
 
 
+@dataclass(frozen=True, slots=True)
+class CaptureTask:
+    """One capture's analysis, as sent to a worker (picklable)."""
+
+    capture: CaptureInput
+    opts: AnalysisOptions
+    origin_ns: int
+    use_native: bool
+    chunk_records: int | None = None
+
+
+def run_capture(task: CaptureTask, step: Callable[[int], None] | None = None) -> CaptureRun:
+    """Read and analyse one capture (the map step; runs in any process)."""
+    opts, cap = task.opts, task.capture
+    pa = PauseAnalyzer(cap.name, opts.link_for(cap.name), xon_gap_ns=opts.xon_gap_ns,
+                       xon_storm_ns=opts.xon_storm_ns, priorities=opts.priorities)
+    report = step if step is not None else _ignore
+    if task.use_native:
+        return _native_pass(cap.path, opts, task.origin_ns, pa,
+                            task.chunk_records or NATIVE_BATCH, report)
+    return _reference_pass(cap.path, opts, task.origin_ns, pa,
+                           task.chunk_records or CHUNK_RECORDS, report)
+
+
+def _ignore(done: int) -> None:
+    pass
+
+
 def analyze(paths: Sequence[str], opts: AnalysisOptions, *, use_native: bool | None = None,
-            progress: Progress | None = None, chunk_records: int | None = None
-            ) -> dict[str, Any]:
+            progress: Progress | None = None, chunk_records: int | None = None,
+            mapper: Mapper | None = None) -> dict[str, Any]:
     """Analyse ``paths`` together; returns the JSON-ready result document.
 
     ``chunk_records``: records per step (the native pass's batch, the
-    reference's chunk); results do not depend on it.
+    reference's chunk); results do not depend on it. ``mapper``
+    (``netio.analyze.distribute``): where the per-capture analyses run (default:
+    here, one after the other); the document does not depend on it.
     """
     if use_native is None:
         use_native = native.AVAILABLE
     inputs = capture_names(paths)
-    firsts = [t for t in (_first_ts(c.path) for c in inputs) if t is not None]
-    origin = min(firsts) if firsts else 0
     total_bytes = sum(_size(c.path) for c in inputs)
-    done_before = 0
+    if mapper is None:
+        firsts = [first_timestamp(c.path) for c in inputs]
+    else:
+        firsts = list(mapper.map(first_timestamp, [c.path for c in inputs]))
+    origin = min((t for t in firsts if t is not None), default=0)
+    tasks = [CaptureTask(c, opts, origin, use_native, chunk_records) for c in inputs]
+    if mapper is None:
+        done_before = 0
+
+        def runs() -> Iterator[CaptureRun]:
+            nonlocal done_before
+            for task in tasks:
+                def step(done: int, before: int = done_before) -> None:
+                    if progress is not None:
+                        progress(before + done, total_bytes)
+                yield run_capture(task, step)
+                done_before += _size(task.capture.path)
+        results: Iterator[CaptureRun] = runs()
+    else:
+        results = _reporting(mapper.map(run_capture, tasks), tasks, progress, total_bytes)
     captures: list[dict[str, Any]] = []
     queues: list[tuple[QueueState, dict[str, Any]]] = []
     flow_results: list[tuple[str, FlowResults, int | None]] = []
     warnings: list[str] = []
-    for cap in inputs:
+    for cap, run in zip(inputs, results, strict=True):
         link = opts.link_for(cap.name)
-        pa = PauseAnalyzer(cap.name, link, xon_gap_ns=opts.xon_gap_ns,
-                           xon_storm_ns=opts.xon_storm_ns, priorities=opts.priorities)
-
-        def step(done: int, before: int = done_before) -> None:
-            if progress is not None:
-                progress(before + done, total_bytes)
-
-        if use_native:
-            run = _native_pass(cap.path, opts, origin, pa, chunk_records or NATIVE_BATCH, step)
-        else:
-            run = _reference_pass(cap.path, opts, origin, pa, chunk_records or CHUNK_RECORDS,
-                                  step)
-        done_before += _size(cap.path)
         kinds = run.kinds
         records = run.records
         error = run.error
@@ -229,6 +273,17 @@ def analyze(paths: Sequence[str], opts: AnalysisOptions, *, use_native: bool | N
         return _document(captures, queues, flow_results, warnings, origin, opts, use_native)
 
 
+def _reporting(results: Iterator[CaptureRun], tasks: Sequence[CaptureTask],
+               progress: Progress | None, total_bytes: int) -> Iterator[CaptureRun]:
+    """Pass the runs on, reporting progress capture by capture."""
+    done = 0
+    for task, run in zip(tasks, results, strict=True):
+        done += _size(task.capture.path)
+        if progress is not None:
+            progress(done, total_bytes)
+        yield run
+
+
 @contextmanager
 def _no_gc() -> Iterator[None]:
     """The cyclic garbage collector off: building 100,000 flow documents (millions of
@@ -251,13 +306,13 @@ _PROGRESS_BYTES = 32 << 20
 
 
 def _native_pass(path: str, opts: AnalysisOptions, origin: int, pa: PauseAnalyzer, batch: int,
-                 step: Callable[[int], None]) -> _CaptureRun:
+                 step: Callable[[int], None]) -> CaptureRun:
     """One C pass per batch: classify, filter, analyse flows; PFC/PAUSE rows come back.
 
     The capture is read through ``WindowScanner`` (a reused read() window), so
     resident memory does not grow with the capture."""
     ffi, lib = native.ffi, native.lib
-    run = _CaptureRun()
+    run = CaptureRun()
     cfg = analyzer_config(
         origin, opts.interval_ns, opts.cnp_min_gap_ns,
         start_ns=None if opts.start_ns is None else origin + opts.start_ns,
@@ -316,9 +371,9 @@ def _native_pass(path: str, opts: AnalysisOptions, origin: int, pa: PauseAnalyze
 
 
 def _reference_pass(path: str, opts: AnalysisOptions, origin: int, pa: PauseAnalyzer,
-                    chunk: int, step: Callable[[int], None]) -> _CaptureRun:
+                    chunk: int, step: Callable[[int], None]) -> CaptureRun:
     """The pure-Python path: decode_frame per frame, numpy filters, FlowReference."""
-    run = _CaptureRun()
+    run = CaptureRun()
     fr = FlowReference(origin, opts.interval_ns, opts.cnp_min_gap_ns)
     chunks = CaptureChunks(path, False, chunk, opts.verify_icrc)
     try:

@@ -221,6 +221,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ignore packets before T after the first packet")
     p.add_argument("--end", type=_duration_ns, metavar="T",
                    help="ignore packets from T after the first packet on")
+    p.add_argument("-j", "--jobs", type=_count, metavar="N",
+                   help="analyse up to N captures at once, each in a worker process "
+                        "(default: one per CPU when there are several captures; 1: in this "
+                        "process); the result is the same")
+    p.add_argument("--dask-scheduler", metavar="ADDRESS",
+                   help="analyse the captures on the workers of this dask.distributed "
+                        "scheduler (e.g. tcp://10.0.0.9:8786); the workers open the same "
+                        "paths, so give paths they share (needs netio[dask])")
     p.add_argument("--no-icrc", action="store_true", help="do not verify ICRCs")
     p.add_argument("--pure", action="store_true",
                    help="use the pure-Python reference decoder (slow; for cross-checks)")
@@ -283,6 +291,17 @@ class _Bar:
         sys.stderr.write("\n")
 
 
+def _mapper(args: argparse.Namespace, n_captures: int) -> Any:
+    """Where the per-capture analyses run (netio.analyze.distribute), None for here."""
+    from netio.analyze.distribute import DaskMapper, ProcessMapper
+
+    if args.dask_scheduler:
+        return DaskMapper(args.dask_scheduler)
+    jobs = args.jobs if args.jobs is not None else len(os.sched_getaffinity(0))
+    jobs = min(jobs, n_captures)
+    return ProcessMapper(jobs) if jobs > 1 else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # The analysis uses no BLAS: keep numpy's OpenBLAS from starting (spinning)
     # worker threads, so each analysing process runs on one core. Set before the
@@ -308,13 +327,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     from netio.analyze.engine import analyze
     from netio.analyze.plots import write_plots
     from netio.analyze.report import to_text, write_json
+    from netio.errors import ClusterError
 
     total = sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
     show = args.progress == "always" or (
         args.progress == "auto" and sys.stderr.isatty() and total >= PROGRESS_MIN_BYTES)
     bar = _Bar() if show else None
     try:
-        doc = analyze(paths, opts, use_native=False if args.pure else None, progress=bar)
+        mapper = _mapper(args, len(paths))
+    except ClusterError as exc:
+        sys.stderr.write(f"netio-analyze: error: {exc}\n")
+        if args.json:
+            _json_error(str(exc))
+        return ExitCode.FAILED
+    try:
+        doc = analyze(paths, opts, use_native=False if args.pure else None, progress=bar,
+                      mapper=mapper)
+    except ClusterError as exc:
+        sys.stderr.write(f"netio-analyze: error: {exc}\n")
+        if args.json:
+            _json_error(str(exc))
+        return ExitCode.FAILED
     except KeyboardInterrupt:
         sys.stderr.write("netio-analyze: interrupted\n")
         if args.json:
@@ -328,6 +361,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if bar is not None:
             bar.close()
+        if mapper is not None:
+            mapper.close()
     for w in doc["warnings"]:
         sys.stderr.write(f"netio-analyze: warning: {w}\n")
     readable = [c for c in doc["captures"] if c["readable"]]
