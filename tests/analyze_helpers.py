@@ -43,20 +43,41 @@ def mismatches(got: Any, want: Any, path: str = "") -> list[str]:
     return out
 
 
+#: Sections of the document the truth states in full: an entry the analysis reports
+#: that the truth lacks is a spurious finding and fails.
+SECTIONS = ("pause_senders", "storms", "xon_storms", "spreading")
+
+
 def compare_with_truth(doc: dict[str, Any], truth: dict[str, Any]) -> list[str]:
+    """Every difference between an analysis and the truth, both ways: a capture, flow,
+    pause sender, storm or chain the analysis reports and the truth lacks is an error,
+    as is one the truth has and the analysis misses."""
     out = []
     caps = {c["name"]: c for c in doc["captures"]}
     out += mismatches(caps, truth["captures"], "captures")
-    for key in ("pause_senders", "storms", "xon_storms", "spreading"):
-        out += mismatches(doc[key], truth[key], key)
+    out += [f"capture {name!r} reported, not in the truth" for name in caps
+            if name not in truth["captures"]]
+    for key in SECTIONS:
+        out += mismatches(doc[key], truth[key], key)  # lists: lengths must agree
+    for key, order in (("incast", ("capture", "destination", "start_s")),
+                       ("fairness", ("capture", "group", "key"))):
+        def ordered(xs: list[dict[str, Any]], order: tuple[str, ...] = order
+                    ) -> list[dict[str, Any]]:
+            return sorted(xs, key=lambda x: tuple(x[k] for k in order))
+        if key in truth:
+            out += mismatches(ordered(doc[key]), ordered(truth[key]), key)
+        elif doc[key]:
+            out.append(f"{key}: {len(doc[key])} reported, the truth has none")
 
     def fkey(f: dict[str, Any]) -> tuple[Any, ...]:
         return (f["capture"], f["src_ip"], f["dst_ip"], f["dest_qp"])
 
     flows = {fkey(f): f for f in doc["flows"]}
+    wanted = {fkey(f) for f in truth["flows"]}
     for f in truth["flows"]:
         if fkey(f) not in flows:
             out.append(f"flow {fkey(f)} not reported")
         else:
             out += mismatches(flows[fkey(f)], f, f"flow{fkey(f)}")
+    out += [f"flow {k} reported, not in the truth" for k in flows if k not in wanted]
     return out

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import tomllib
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address
@@ -454,8 +455,9 @@ def _ce_mask(ts: I64, windows: Sequence[CeWindow], t0: int) -> npt.NDArray[np.bo
     return mask
 
 
-def _cnps(ce_ts: I64, flow: FlowSpec, truth: FlowTruth) -> I64:
-    """CNP times the notification point sends for CE arrivals ``ce_ts`` (sorted)."""
+def _cnps(ce_ts: I64, flow: FlowSpec, truth: FlowTruth, cnp_min_gap_ns: int) -> I64:
+    """CNP times the notification point sends for CE arrivals ``ce_ts`` (sorted); CNPs
+    closer than ``cnp_min_gap_ns`` (the analysis option) count as DCQCN violations."""
     out: list[int] = []
     last = -(1 << 62)
     first_unanswered: int | None = None
@@ -465,7 +467,7 @@ def _cnps(ce_ts: I64, flow: FlowSpec, truth: FlowTruth) -> I64:
             first_unanswered = t
         if t >= last + flow.cnp_interval_ns:
             c = t + flow.cnp_delay_ns
-            if out and c - out[-1] < 50_000:
+            if out and c - out[-1] < cnp_min_gap_ns:
                 truth.cnp_violations += 1
             out.append(c)
             truth.cnp_reaction_ns.append(c - first_unanswered)
@@ -482,7 +484,8 @@ def _wire_bytes(payload: int, ext: int = 0) -> int:
 
 
 def _flow_rows(flow: FlowSpec, fidx: int, t0: int, paused: Sequence[tuple[int, int]],
-               link_bps: int, responses_paused: Sequence[tuple[int, int]] = ()
+               link_bps: int, responses_paused: Sequence[tuple[int, int]] = (), *,
+               cnp_min_gap_ns: int = DEFAULT_OPTIONS.cnp_min_gap_ns
                ) -> tuple[Rows, FlowTruth]:
     """All packets of one flow on its (first) link, with the truth about them.
 
@@ -494,7 +497,7 @@ def _flow_rows(flow: FlowSpec, fidx: int, t0: int, paused: Sequence[tuple[int, i
     start = t0 + flow.start_ns
     if flow.op == "read":
         return _read_rows(flow, fidx, start, per_msg, ser_ns, paused, responses_paused,
-                          truth)
+                          cnp_min_gap_ns, truth)
     n = flow.messages * per_msg
     gap_ns = max(ser_ns, round(flow.pmtu * 8e9 / flow.rate_bps))
     ops = _WRITE_OPS if flow.op == "write" else _SEND_OPS
@@ -573,7 +576,7 @@ def _flow_rows(flow: FlowSpec, fidx: int, t0: int, paused: Sequence[tuple[int, i
                                msn=msn % PSN_MODULUS))
         if syn == _NAK_SEQ:
             truth.naks["PSN_SEQUENCE_ERROR"] = truth.naks.get("PSN_SEQUENCE_ERROR", 0) + 1
-    cnp_ts = _cnps(t[ce], flow, truth)
+    cnp_ts = _cnps(t[ce], flow, truth, cnp_min_gap_ns)
     parts.append(Rows.make(cnp_ts.size, ts_ns=cnp_ts, kind=Kind.ROCE, flow=fidx, dir=1,
                            opcode=Opcode.CNP, psn=0, ecn=0, becn=True))
     rows = Rows.concat(parts).sorted()
@@ -583,9 +586,37 @@ def _flow_rows(flow: FlowSpec, fidx: int, t0: int, paused: Sequence[tuple[int, i
     return rows, truth
 
 
+def _remembered_reads(req_ts: I64, resp_ts: I64) -> list[int]:
+    """READ latencies an analyzer can measure with the documented bound: it remembers at
+    most ``MAX_PENDING`` (1024) READ REQUESTs awaiting their first response, forgetting
+    the oldest when a newer one arrives with the list full. Requests and responses
+    are taken in time order (a request before a response at the same time)."""
+    events = sorted([(int(t), 0, k) for k, t in enumerate(req_ts.tolist())]
+                    + [(int(t), 1, k) for k, t in enumerate(resp_ts.tolist())])
+    waiting: deque[int] = deque()
+    alive: set[int] = set()
+    out = []
+    for t, is_resp, k in events:
+        if not is_resp:
+            waiting.append(k)
+            alive.add(k)
+            if len(alive) > _MAX_PENDING_READS:
+                while waiting[0] not in alive:
+                    waiting.popleft()
+                alive.discard(waiting.popleft())
+        elif k in alive:
+            alive.discard(k)
+            out.append(t - int(req_ts[k]))
+    return out
+
+
+#: netio.analyze.flows.MAX_PENDING, as its docstring states it.
+_MAX_PENDING_READS = 1024
+
+
 def _read_rows(flow: FlowSpec, fidx: int, start: int, per_msg: int, ser_ns: int,
                paused: Sequence[tuple[int, int]], responses_paused: Sequence[tuple[int, int]],
-               truth: FlowTruth) -> tuple[Rows, FlowTruth]:
+               cnp_min_gap_ns: int, truth: FlowTruth) -> tuple[Rows, FlowTruth]:
     m = flow.messages
     msg_gap = max(ser_ns * per_msg, round(flow.message_bytes * 8e9 / flow.rate_bps))
     req_ts = _defer(start + np.arange(m, dtype=np.int64) * msg_gap, paused, ser_ns)
@@ -609,9 +640,9 @@ def _read_rows(flow: FlowSpec, fidx: int, start: int, per_msg: int, ser_ns: int,
                            syndrome=np.where(has_aeth, _ACK_SYNDROME, 0),
                            msn=np.where(has_aeth, (msg_of + 1) % PSN_MODULUS, 0),
                            payload=pay))
-    truth.read_latency_ns.extend((resp_ts[first] - req_ts).tolist())
+    truth.read_latency_ns.extend(_remembered_reads(req_ts, resp_ts[first]))
     # CNPs for CE-marked responses go from the requester (A, the NP) to B's QP.
-    cnp_ts = _cnps(resp_ts[ce], flow, truth)
+    cnp_ts = _cnps(resp_ts[ce], flow, truth, cnp_min_gap_ns)
     parts.append(Rows.make(cnp_ts.size, ts_ns=cnp_ts, kind=Kind.ROCE, flow=fidx, dir=0,
                            opcode=Opcode.CNP, psn=0, ecn=0, becn=True))
     rows = Rows.concat(parts).sorted()
@@ -713,7 +744,8 @@ def build(scenario: Scenario, opts: AnalysisOptions = DEFAULT_OPTIONS
             responses_paused.extend(paused_by.get((h.port, h.src_mac, f.priority), []))
         paused.sort()
         responses_paused.sort()
-        rows, truth = _flow_rows(f, fidx, t0, paused, link[f.hops[0].port], responses_paused)
+        rows, truth = _flow_rows(f, fidx, t0, paused, link[f.hops[0].port], responses_paused,
+                                 cnp_min_gap_ns=opts.cnp_min_gap_ns)
         flow_truth.append(truth)
         for h in f.hops:
             r = Rows({k: v.copy() for k, v in rows.cols.items()})

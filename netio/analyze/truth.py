@@ -163,7 +163,7 @@ def truth_document(scenario: Scenario, tables: dict[str, Rows], flows: Sequence[
                 "rnr_timer_s": sorted(set(tr.rnr_timer_s)),
                 "ack_latency_s": _summary(tr.ack_latency_ns),
                 "read_latency_s": _summary(tr.read_latency_ns),
-                "icrc_failures": tr.icrc_failures if h.port and _whole(scenario, h.port) else 0,
+                "icrc_failures": _bad_icrcs_checked(scenario, t, mine, h.port),
                 "ecn": ecn_fwd,
                 "reverse": {"dest_qp": f.src_qp, "packets": int(np.count_nonzero(rev)),
                             "payload_bytes": pay_rev, "opcodes": mix(rev), "ecn": ecn_rev},
@@ -173,12 +173,102 @@ def truth_document(scenario: Scenario, tables: dict[str, Rows], flows: Sequence[
         "captures": captures, "pause_senders": senders, "storms": storms,
         "xon_storms": xon_storms, "flows": flow_docs,
         "spreading": _spreading_truth(scenario, all_intervals, t0, opts),
+        **_sharing_truth(scenario, tables, t0, opts),
     }
 
 
-def _whole(scenario: Scenario, port: str) -> bool:
-    """True when the port's snap length keeps whole frames (so ICRCs can be checked)."""
-    return scenario.port(port).snaplen >= 9000
+def _sharing_truth(scenario: Scenario, tables: dict[str, Rows], t0: int,
+                   opts: AnalysisOptions) -> dict[str, list[dict[str, Any]]]:
+    """Fairness and incast, from the data each flow direction carried per window.
+
+    Data: the payload of the first copy (first time its PSN passes this port) of
+    every packet with payload: requests of WRITE/SEND flows, responses of READ
+    flows. Per capture and window of ``interval_ns`` from ``t0``: Jain's index
+    (sum x)^2 / (n sum x^2) over the directions sharing a destination IP (or an
+    egress MAC) that carried data in it, when at least two did; an incast is a
+    run of windows in which at least ``incast_senders`` source IPs sent data to
+    one destination."""
+    fairness: list[dict[str, Any]] = []
+    incasts: list[dict[str, Any]] = []
+    iv = opts.interval_ns
+    for port, t in tables.items():
+        c = t.cols
+        data: dict[tuple[int, int], dict[int, int]] = {}  # (flow, dir) -> window -> bytes
+        seen: set[tuple[int, int, int]] = set()
+        for i in np.nonzero((c["kind"] == Kind.ROCE) & (c["payload"] > 0))[0].tolist():
+            key = (int(c["flow"][i]), int(c["dir"][i]), int(c["psn"][i]))
+            if key in seen:
+                continue  # a retransmitted copy
+            seen.add(key)
+            w = (int(c["ts_ns"][i]) - t0) // iv
+            d = data.setdefault(key[:2], {})
+            d[w] = d.get(w, 0) + int(c["payload"][i])
+        dests: dict[tuple[str, str], list[dict[int, int]]] = {}
+        senders: dict[str, dict[int, set[int]]] = {}
+        for (fidx, direction), series in data.items():
+            f = scenario.flows[fidx]
+            hop = next(h for h in f.hops if h.port == port)
+            src, dst = (f.src_ip, f.dst_ip) if direction == 0 else (f.dst_ip, f.src_ip)
+            egress = hop.dst_mac if direction == 0 else hop.src_mac
+            dests.setdefault(("destination", format_ipv4_int(dst)), []).append(series)
+            dests.setdefault(("egress", format_mac_int(egress)), []).append(series)
+            per = senders.setdefault(format_ipv4_int(dst), {})
+            for w in series:
+                per.setdefault(w, set()).add(src)
+        for (group, group_key), members in dests.items():
+            if len(members) < 2:
+                continue
+            jains = []
+            for w in sorted({w for m in members for w in m}):
+                x = [m[w] for m in members if m.get(w, 0) > 0]
+                if len(x) >= 2:
+                    jains.append((sum(x) ** 2 / (len(x) * sum(v * v for v in x)), w))
+            if not jains:
+                continue
+            worst = min(jains, key=lambda jw: (jw[0], jw[1]))
+            fairness.append({"capture": port, "group": group, "key": group_key,
+                             "flows": len(members), "windows": len(jains),
+                             "jain_min": worst[0],
+                             "jain_mean": sum(j for j, _ in jains) / len(jains),
+                             "worst_window_start_s": worst[1] * iv / 1e9})
+        for dst_ip, per in senders.items():
+            hot = sorted(w for w, who in per.items() if len(who) >= opts.incast_senders)
+            runs: list[list[int]] = []
+            for w in hot:
+                if runs and w == runs[-1][-1] + 1:
+                    runs[-1].append(w)
+                else:
+                    runs.append([w])
+            for r in runs:
+                incasts.append({"capture": port, "destination": dst_ip,
+                                "start_s": r[0] * iv / 1e9, "end_s": (r[-1] + 1) * iv / 1e9,
+                                "max_senders": max(len(per[w]) for w in r)})
+    return {"fairness": fairness, "incast": incasts}
+
+
+#: Bytes of each extension header (IBTA §9.3, Table 9 and §9.3.1..9.3.6): RETH 16,
+#: AETH 4, AtomicETH 28, AtomicAckETH 8, ImmDt 4, IETH 4, DETH 8, FETH 4; a CNP
+#: carries 16 reserved bytes (Annex A17.9.2).
+_EXT_BYTES: dict[str, int] = {"RETH": 16, "AETH": 4, "ATOMIC_ETH": 28, "ATOMIC_ACK_ETH": 8,
+                              "IMM_DT": 4, "IETH": 4, "DETH": 8, "FETH": 4, "CNP_PADDING": 16}
+#: Every generated frame: Ethernet 14 + 802.1Q 4 + IPv4 20 + UDP 8 + BTH 12 + ICRC 4.
+_FRAME_OVERHEAD_BYTES = 14 + 4 + 20 + 8 + 12 + 4
+
+
+def _bad_icrcs_checked(scenario: Scenario, table: Rows, mine: Any, port: str) -> int:
+    """Bad-ICRC packets of a flow at ``port`` that the snap length keeps whole: a frame
+    is checked when it is captured whole, decided per packet from its length."""
+    from netio.wire.bth import opcode_info
+
+    rows = np.nonzero(mine & table.cols["bad_icrc"])[0]
+    snaplen = scenario.port(port).snaplen
+    n = 0
+    for r in rows.tolist():
+        op = int(table.cols["opcode"][r])
+        pay = int(table.cols["payload"][r])
+        ext = sum(_EXT_BYTES[h.name] for h in opcode_info(op).headers)
+        n += _FRAME_OVERHEAD_BYTES + ext + pay + (-pay) % 4 <= snaplen
+    return n
 
 
 def _spreading_truth(scenario: Scenario, events: list[tuple[int, str, int, int | None]], t0: int,
