@@ -29,6 +29,7 @@ import numpy.typing as npt
 
 from netio import __version__, native
 from netio.analyze.columns import Flag, Kind, PacketColumns
+from netio.analyze.connections import CmEvent, Connection, cm_events, connections
 from netio.analyze.distribute import Mapper
 from netio.analyze.extract import CHUNK_RECORDS, CaptureChunks, c_columns, count_unsupported
 from netio.analyze.fairness import fairness, incasts
@@ -54,6 +55,7 @@ from netio.pcap.format import unsupported_linktype
 from netio.pcap.scan import CaptureScanner, ScanColumns, WindowScanner
 from netio.wire.bth import OPCODE_TABLE
 from netio.wire.ext import NakCode, rnr_timer_s
+from netio.wire.mad import GSI_QP
 
 #: Called after each chunk with (bytes done, bytes total) over all captures.
 Progress = Callable[[int, int], None]
@@ -149,6 +151,7 @@ class CaptureRun:
     queues: list[QueueState] = field(default_factory=list)
     flows: FlowResults | None = None
     unsupported: dict[int, int] = field(default_factory=dict)  # link type -> records
+    cm: list[CmEvent] = field(default_factory=list)  # CM MADs (connection set-up/tear-down)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,10 +172,14 @@ def run_capture(task: CaptureTask, step: Callable[[int], None] | None = None) ->
                        xon_storm_ns=opts.xon_storm_ns, priorities=opts.priorities)
     report = step if step is not None else _ignore
     if task.use_native:
-        return _native_pass(cap.path, opts, task.origin_ns, pa,
-                            task.chunk_records or NATIVE_BATCH, report)
-    return _reference_pass(cap.path, opts, task.origin_ns, pa,
-                           task.chunk_records or CHUNK_RECORDS, report)
+        run = _native_pass(cap.path, opts, task.origin_ns, pa,
+                           task.chunk_records or NATIVE_BATCH, report)
+    else:
+        run = _reference_pass(cap.path, opts, task.origin_ns, pa,
+                              task.chunk_records or CHUNK_RECORDS, report)
+    if run.flows is not None and any(k.dest_qp == GSI_QP for k in run.flows.keys):
+        run.cm = cm_events(cap.path, use_native=task.use_native)
+    return run
 
 
 def _ignore(done: int) -> None:
@@ -216,6 +223,7 @@ def analyze(paths: Sequence[str], opts: AnalysisOptions, *, use_native: bool | N
     captures: list[dict[str, Any]] = []
     queues: list[tuple[QueueState, dict[str, Any]]] = []
     flow_results: list[tuple[str, FlowResults, int | None]] = []
+    conns: dict[str, list[Connection]] = {}
     warnings: list[str] = []
     for cap, run in zip(inputs, results, strict=True):
         link = opts.link_for(cap.name)
@@ -269,8 +277,11 @@ def analyze(paths: Sequence[str], opts: AnalysisOptions, *, use_native: bool | N
             queues.append((q, entry))
         if run.flows is not None:
             flow_results.append((cap.name, run.flows, run.last))
+        if run.cm:
+            conns[cap.name] = connections(run.cm)
     with _no_gc():
-        return _document(captures, queues, flow_results, warnings, origin, opts, use_native)
+        return _document(captures, queues, flow_results, conns, warnings, origin, opts,
+                         use_native)
 
 
 def _reporting(results: Iterator[CaptureRun], tasks: Sequence[CaptureTask],
@@ -543,6 +554,47 @@ def _primary_flows(fr: FlowResults) -> npt.NDArray[np.intp]:
     return out
 
 
+def connection_name(c: Connection) -> str:
+    """``ACTIVE qp 0xQ <-> PASSIVE qp 0xQ`` (service 0x...)."""
+    passive = "?" if c.passive is None else \
+        f"{_ip(*c.passive)} qp 0x{c.passive_qpn or 0:x}"
+    return (f"{_ip(*c.active)} qp 0x{c.active_qpn:x} <-> {passive} "
+            f"(service 0x{c.service_id:016x})")
+
+
+def _connection_doc(capture: str, c: Connection, origin: int) -> dict[str, Any]:
+    def rel(ns: int | None) -> float | None:
+        return None if ns is None else (ns - origin) / 1e9
+
+    return {
+        "capture": capture, "name": connection_name(c), "service_id": f"0x{c.service_id:016x}",
+        "active": {"ip": _ip(*c.active), "qpn": c.active_qpn, "starting_psn": c.active_psn},
+        "passive": None if c.passive is None else {
+            "ip": _ip(*c.passive), "qpn": c.passive_qpn, "starting_psn": c.passive_psn},
+        "path_mtu_bytes": c.path_mtu_bytes, "retry_count": c.retry_count,
+        "rnr_retry_count": c.rnr_retry_count,
+        "req_s": rel(c.req_ns), "rep_s": rel(c.rep_ns), "rtu_s": rel(c.rtu_ns),
+        "dreq_s": rel(c.dreq_ns), "drep_s": rel(c.drep_ns),
+        "setup_s": None if c.setup_ns is None else c.setup_ns / 1e9,
+        "teardown_s": None if c.teardown_ns is None else c.teardown_ns / 1e9,
+    }
+
+
+def _name_by_connection(docs: list[dict[str, Any]], conns: list[Connection]) -> None:
+    """Set each flow document's ``connection`` to the connection whose QP it is sent to."""
+    index: dict[tuple[str, int], Connection] = {}
+    for c in conns:
+        index[(_ip(*c.active), c.active_qpn)] = c
+        if c.passive is not None and c.passive_qpn is not None:
+            index[(_ip(*c.passive), c.passive_qpn)] = c
+    for d in docs:
+        owner = index.get((d["dst_ip"], d["dest_qp"]))
+        if owner is None and d["reverse"] is not None:  # named by its reverse direction
+            owner = index.get((d["src_ip"], d["reverse"]["dest_qp"]))
+        if owner is not None:
+            d["connection"] = connection_name(owner)
+
+
 def _flow_docs(capture: str, fr: FlowResults, cols: _FlowColumns,
                opts: AnalysisOptions, origin: int) -> list[dict[str, Any]]:
     if fr.n == 0:
@@ -590,6 +642,7 @@ def _flow_docs(capture: str, fr: FlowResults, cols: _FlowColumns,
             "icrc_checked_packets": v["icrc_checked"][fid],
             "ecn": _ecn_doc(fr, v, fid),
             "throughput": _throughput_doc(fr, fid, opts.interval_ns),
+            "connection": None,
             "reverse": None,
         }
         if rid >= 0:
@@ -627,7 +680,8 @@ def _seen_doc(f: FlowSeen) -> dict[str, Any]:
 
 
 def _document(captures: list[dict[str, Any]], queues: list[tuple[QueueState, dict[str, Any]]],
-              flow_results: list[tuple[str, FlowResults, int | None]], warnings: list[str],
+              flow_results: list[tuple[str, FlowResults, int | None]],
+              conns: dict[str, list[Connection]], warnings: list[str],
               origin: int, opts: AnalysisOptions, use_native: bool) -> dict[str, Any]:
     senders, storms, xon_storms, events = _pause_docs(queues, origin, opts)
     flows: list[dict[str, Any]] = []
@@ -638,7 +692,10 @@ def _document(captures: list[dict[str, Any]], queues: list[tuple[QueueState, dic
     for capture, fr, last_ns in flow_results:
         series = fr.series
         cols = _FlowColumns(fr, origin)
+        start = len(flows)
         flows.extend(_flow_docs(capture, fr, cols, opts, origin))
+        if capture in conns:
+            _name_by_connection(flows[start:], conns[capture])
         by_dst: dict[str, list[int]] = {}
         by_egress: dict[str, list[int]] = {}
         senders_to: dict[str, list[tuple[int, Hashable]]] = {}
@@ -714,7 +771,10 @@ def _document(captures: list[dict[str, Any]], queues: list[tuple[QueueState, dic
             "start_s": opts.start_ns / 1e9 if opts.start_ns is not None else None,
             "end_s": opts.end_ns / 1e9 if opts.end_ns is not None else None,
         },
-        "captures": captures, "warnings": warnings, "pause_senders": senders,
+        "captures": captures, "warnings": warnings,
+        "connections": [_connection_doc(cap, c, origin) for cap, cs in conns.items()
+                        for c in cs],
+        "pause_senders": senders,
         "storms": storms, "xon_storms": xon_storms, "spreading": spreading, "flows": flows,
         "fairness": fairness_docs, "incast": incast_docs, "ecn_series": series_doc,
         "assumptions": assumptions, "error": None,

@@ -64,6 +64,10 @@ def _lat_us(s: dict[str, Any] | None) -> str:
                     for v in (s["p50"] * 1e6, s["p99"] * 1e6))
 
 
+def _us(s: float | None) -> str:
+    return "-" if s is None else f"{s * 1e6:.1f}"
+
+
 def _mib(n: int) -> str:
     return f"{n / (1 << 20):.2f}"
 
@@ -143,6 +147,16 @@ def to_text(doc: dict[str, Any], *, top: int = DEFAULT_TOP_FLOWS) -> str:
                     f"{c['duration_s']:.6f}", f"{c['link_bps'] / 1e9:g}",
                     "yes" if c["complete"] else "NO"]
                    for c in caps])
+    if doc.get("connections"):
+        out += ["", "Connections (CM REQ/REP/RTU, DREQ/DREP; active = the side that sent the REQ)"]
+        out += _table(["capture", "active (ip qp)", "passive (ip qp)", "service", "MTU",
+                       "retry", "RNR retry", "REQ at[s]", "set-up[us]", "tear-down[us]"],
+                      [[c["capture"], f"{c['active']['ip']} 0x{c['active']['qpn']:x}",
+                        "-" if c["passive"] is None else
+                        f"{c['passive']['ip']} 0x{c['passive']['qpn']:x}",
+                        c["service_id"], str(c["path_mtu_bytes"] or "-"), str(c["retry_count"]),
+                        str(c["rnr_retry_count"]), f"{c['req_s']:.6f}", _us(c["setup_s"]),
+                        _us(c["teardown_s"])] for c in doc["connections"]], text_columns=4)
     for ch in doc["spreading"]:
         r = ch["root"]
         out += ["", f"Pause spreading chain rooted at {r['src_mac']} on {r['capture']} "

@@ -13,6 +13,12 @@ Top level
         other_packets, malformed_packets, first_ts_s, last_ts_s, duration_s, link_bps,
         complete (read to the end without damage), readable (opened as a capture), warnings[],
     warnings[]: every input problem, naming file and where reading stopped,
+    connections[]: RC connections set up by CM MADs (netio.analyze.connections): capture,
+        name ("ACTIVE qp 0xQ <-> PASSIVE qp 0xQ (service 0x...)"), service_id,
+        active {ip, qpn, starting_psn} (the REQ's sender), passive {...} or null (no REP
+        seen), path_mtu_bytes, retry_count, rnr_retry_count, req_s, rep_s, rtu_s, dreq_s,
+        drep_s (null when unseen), setup_s (REQ to RTU, or to REP without an RTU),
+        teardown_s (DREQ to DREP),
     findings[]: {severity: critical|warning|info, kind, message}, most important first
         (netio.analyze.findings); kind is one of pause_spreading, pfc_storm, input,
         xon_storm, incast, loss, retransmission, read_loss, rnr, nak, icrc, cnp_rate, ecn,
@@ -60,6 +66,8 @@ Top level
         document grows with the packets, not with flows x span / interval_s (a dense
         series of a long capture with many flows would dwarf the rest of the document);
         consumers (and netio.analyze.plots) fill the missing windows with 0,
+        connection: the name of the connection whose QP this flow is sent to
+        (connections[].name) or null,
         reverse {dest_qp, packets, bytes, payload_bytes, data_bytes, opcodes, ecn,
         icrc_failures, request_packets, throughput (as above: the responses' data, e.g. READ
         responses)} or null,
@@ -88,6 +96,6 @@ SCHEMA_VERSION = 1
 #: Keys every document has (tests check them; consumers may rely on them).
 TOP_LEVEL_KEYS: tuple[str, ...] = (
     "schema_version", "tool", "netio_version", "time_origin_ns", "native", "options",
-    "captures", "warnings", "findings", "pause_senders", "storms", "xon_storms", "spreading",
-    "flows", "fairness", "incast", "ecn_series", "assumptions", "error",
+    "captures", "warnings", "connections", "findings", "pause_senders", "storms",
+    "xon_storms", "spreading", "flows", "fairness", "incast", "ecn_series", "assumptions", "error",
 )
