@@ -18,11 +18,11 @@ from pcap_builders import block, epb, idb, pcap_file, shb
 
 from netio.analyze.engine import analyze
 from netio.analyze.options import AnalysisOptions, FlowFilter
-from netio.analyze.presets import small_dict
-from netio.analyze.scenario import generate, scenario_from_dict
 from netio.analyze.schema import SCHEMA_VERSION, TOP_LEVEL_KEYS
 from netio.cli import scenario as scenario_cli
 from netio.cli.analyze import EXIT_OK, EXIT_STORM, EXIT_UNREADABLE, EXIT_USAGE, main, parse_flow
+from netio.scenario import generate, scenario_from_dict
+from netio.scenario.presets import small_dict
 
 REF = Path(__file__).parents[1] / ".." / "shared" / "rxe-lab" / "ref-rxe-rc.pcap"
 

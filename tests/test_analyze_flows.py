@@ -38,11 +38,11 @@ from netio.analyze.flows import (
     analyzer_config,
 )
 from netio.analyze.options import AnalysisOptions, FlowFilter
-from netio.analyze.presets import small_dict
-from netio.analyze.scenario import generate, scenario_from_dict
 from netio.analyze.sketch import MAX_BINS, SUB_BITS, LatencySketch
 from netio.pcap import PcapWriter
 from netio.pcap.scan import CaptureScanner, ScanColumns
+from netio.scenario import generate, scenario_from_dict
+from netio.scenario.presets import small_dict
 from netio.wire.bth import Bth, Opcode
 from netio.wire.ethernet import Vlan
 from netio.wire.ext import Aeth, Reth

@@ -16,10 +16,10 @@ import pytest
 from netio.analyze.distribute import DaskMapper, ProcessMapper
 from netio.analyze.engine import analyze
 from netio.analyze.options import AnalysisOptions
-from netio.analyze.presets import small_dict
-from netio.analyze.scenario import generate, scenario_from_dict
 from netio.cli.analyze import main as analyze_main
 from netio.errors import ClusterError
+from netio.scenario import generate, scenario_from_dict
+from netio.scenario.presets import small_dict
 
 
 @pytest.fixture(scope="module")

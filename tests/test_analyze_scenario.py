@@ -12,14 +12,9 @@ from analyze_helpers import compare_with_truth
 from netio import native
 from netio.analyze.engine import analyze
 from netio.analyze.options import AnalysisOptions
-from netio.analyze.presets import bench_dict, small_dict
-from netio.analyze.scenario import (
-    ScenarioError,
-    generate,
-    load_scenario,
-    pause_intervals,
-    scenario_from_dict,
-)
+from netio.errors import ScenarioError
+from netio.scenario import generate, load_scenario, pause_intervals, scenario_from_dict
+from netio.scenario.presets import bench_dict, small_dict
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +133,7 @@ def test_scenario_validation(tmp_path: Path) -> None:
 
 
 def test_bench_preset_is_valid_and_sized() -> None:
-    from netio.analyze.scenario import build
+    from netio.scenario.generate import build
 
     tables, truth = build(scenario_from_dict(bench_dict(20_000)))
     n = sum(len(t) for t in tables.values())
@@ -148,7 +143,7 @@ def test_bench_preset_is_valid_and_sized() -> None:
 
 @pytest.mark.parametrize("name", ["demo", "bench"])
 def test_every_preset_matches_truth(tmp_path: Path, name: str) -> None:
-    from netio.analyze.presets import preset
+    from netio.scenario.presets import preset
 
     sc = preset(name) if name == "demo" else scenario_from_dict(bench_dict(40_000))
     g = generate(sc, tmp_path)
@@ -227,3 +222,25 @@ def test_cnp_rate_violations_follow_the_options(tmp_path: Path) -> None:
         flows = {f["dest_qp"]: f for f in doc["flows"]}
         v = flows[0x20]["reverse"]["ecn"]["cnp_rate_violations"]
         assert (v > 0) if gap_ns == 50_000 else (v == 0), (gap_ns, v)
+
+
+def test_scenario_pipeline_imports_one_way() -> None:
+    """spec → packets → (captures, truth) → generate: no stage imports a later one."""
+    import ast
+
+    import netio.scenario
+
+    stages = {"spec": 0, "presets": 1, "packets": 1, "captures": 2, "truth": 2, "generate": 3}
+    root = Path(netio.scenario.__file__).parent
+    for name, rank in stages.items():
+        tree = ast.parse((root / f"{name}.py").read_text())
+        imported = {n.module.rsplit(".", 1)[-1] for n in ast.walk(tree)
+                    if isinstance(n, ast.ImportFrom) and n.module
+                    and n.module.startswith("netio.scenario.")}
+        assert all(stages[m] < rank for m in imported), (name, imported)
+        analyze_imports = {n.module for n in ast.walk(tree)
+                           if isinstance(n, ast.ImportFrom) and n.module
+                           and n.module.startswith("netio.analyze.")}
+        # the generator uses the analyzer's vocabulary, never its analyses
+        assert analyze_imports <= {"netio.analyze.columns", "netio.analyze.options",
+                                   "netio.analyze.units"}, (name, analyze_imports)

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from netio.analyze import engine
 from netio.analyze.engine import analyze
 from netio.analyze.options import AnalysisOptions
-from netio.analyze.presets import bench_dict, demo_dict, small_dict
-from netio.analyze.scenario import generate, scenario_from_dict
 from netio.analyze.spreading import FlowSeen, PauseEvent, build_chains, group_chains
+from netio.scenario import generate, scenario_from_dict
+from netio.scenario.presets import bench_dict, demo_dict, small_dict
 
 
 def brute_force_chains(events: list[PauseEvent], causality_ns: int) -> list[list[PauseEvent]]:

@@ -15,12 +15,12 @@ import zstandard
 
 from netio.analyze.engine import analyze
 from netio.analyze.options import AnalysisOptions
-from netio.analyze.presets import small_dict
-from netio.analyze.scenario import generate, scenario_from_dict
 from netio.cli.analyze import main as analyze_main
 from netio.pcap import open_capture
 from netio.pcap.compressed import Compression, compression_of
 from netio.pcap.scan import CaptureScanner, ScanColumns, WindowScanner
+from netio.scenario import generate, scenario_from_dict
+from netio.scenario.presets import small_dict
 
 COMPRESS = {
     "gz": lambda b: gzip.compress(b),

@@ -36,9 +36,9 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from netio.analyze.presets import PRESETS, bench_dict, preset
-    from netio.analyze.scenario import generate, load_scenario, scenario_from_dict
     from netio.errors import ScenarioError
+    from netio.scenario import generate, load_scenario, scenario_from_dict
+    from netio.scenario.presets import PRESETS, bench_dict, preset
 
     if args.list:
         for name, text in PRESETS.items():

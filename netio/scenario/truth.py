@@ -1,4 +1,4 @@
-"""The ground-truth document a generated scenario must analyse to.
+"""Truth: the analysis document a generated scenario must produce (fourth stage).
 
 Computed from the generator's intent (packets it dropped, marked, paused, the
 pause frames it scheduled), in plain sequential Python, independent of the
@@ -10,17 +10,16 @@ bytes, counts. Tests compare each key present here with the analysis output.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from netio.analyze.columns import Kind
 from netio.analyze.options import DEFAULT_OPTIONS, AnalysisOptions
 from netio.analyze.units import format_ipv4_int, format_mac_int
+from netio.scenario.packets import Packets, Rows, pause_intervals
+from netio.scenario.spec import Scenario
 from netio.wire.bth import Opcode
-
-if TYPE_CHECKING:
-    from netio.analyze.scenario import FlowTruth, Rows, Scenario
 
 
 def _s(ns: int, t0: int) -> float:
@@ -28,8 +27,16 @@ def _s(ns: int, t0: int) -> float:
 
 
 def _summary(samples_ns: Sequence[int]) -> dict[str, float | int] | None:
-    from netio.analyze.scenario import percentile_summary
-    return percentile_summary(samples_ns)
+    """count/min/p50/p90/p99/max in seconds; None when empty.
+
+    The exact q-quantile is the order statistic of rank floor(q*(n-1)) (0-based,
+    numpy's 'lower'); the analyzer reports it within its sketch's relative error."""
+    if not samples_ns:
+        return None
+    a = np.sort(np.asarray(samples_ns, dtype=np.int64))
+    p50, p90, p99 = (int(a[(p * (a.size - 1)) // 100]) / 1e9 for p in (50, 90, 99))
+    return {"count": int(a.size), "min": int(a[0]) / 1e9, "p50": p50, "p90": p90,
+            "p99": p99, "max": int(a[-1]) / 1e9}
 
 
 def _storms(intervals: Sequence[tuple[int, int]], opts: AnalysisOptions) -> list[tuple[int, int]]:
@@ -48,11 +55,10 @@ def _storms(intervals: Sequence[tuple[int, int]], opts: AnalysisOptions) -> list
     return out
 
 
-def truth_document(scenario: Scenario, tables: dict[str, Rows], flows: Sequence[FlowTruth],
-                   pause_frames: Sequence[Sequence[tuple[int, int]]],
+def truth_document(scenario: Scenario, packets: Packets,
                    opts: AnalysisOptions = DEFAULT_OPTIONS) -> dict[str, Any]:
-    from netio.analyze.scenario import pause_intervals
-
+    """What the analysis of the captures must report (last stage of the pipeline)."""
+    tables, flows, pause_frames = packets.tables, packets.flows, packets.pause_frames
     firsts = [int(t.cols["ts_ns"][0]) for t in tables.values() if len(t)]
     t0 = min(firsts) if firsts else scenario.epoch_ns
     captures: dict[str, Any] = {}
