@@ -161,6 +161,11 @@ def test_small_truth_checks_fairness_and_incast(
     keys = {(f["capture"], f["group"], f["key"]) for f in truth["fairness"]}
     assert ("host3", "destination", "10.0.0.3") in keys
     assert any(i["destination"] == "10.0.0.3" for i in truth["incast"])
+    # ECN marks by kind and the throughput series are stated for every flow, both ways.
+    assert all({"ect_packets", "becn_packets", "fecn_packets", "ce_packets"} <= f["ecn"].keys()
+               and f["throughput"]["interval_s"] > 0 for f in truth["flows"])
+    assert sum(f["reverse"]["ecn"]["becn_packets"] for f in truth["flows"]) > 0
+    assert sum(len(f["throughput"]["bps"]) for f in truth["flows"]) > 0
 
 
 def test_compare_is_two_sided(small: tuple[list[str], dict[str, Any]]) -> None:
@@ -180,6 +185,17 @@ def test_compare_is_two_sided(small: tuple[list[str], dict[str, Any]]) -> None:
         missing = copy.deepcopy(doc)
         missing[key].pop()
         assert compare_with_truth(missing, truth), key
+    for path, change in ((("ecn", "ect_packets"), 1), (("reverse", "ecn", "becn_packets"), 1)):
+        wrong = copy.deepcopy(doc)
+        target = wrong["flows"][0]
+        for k in path[:-1]:
+            target = target[k]
+        target[path[-1]] += change
+        assert compare_with_truth(wrong, truth), path
+    slow = copy.deepcopy(doc)
+    busy = next(f for f in slow["flows"] if f["throughput"]["bps"])
+    busy["throughput"]["bps"][0] *= 1.01
+    assert compare_with_truth(slow, truth)
     no_incast_truth = {k: v for k, v in truth.items() if k != "incast"}
     assert compare_with_truth(doc, no_incast_truth) == [
         f"incast: {len(doc['incast'])} reported, the truth has none"]

@@ -125,6 +125,7 @@ def truth_document(scenario: Scenario, packets: Packets,
                                    "xon_frames": len(run)})
             run = [x] if x is not None else []
     flow_docs = []
+    series = {port: _data_per_window(t, t0, opts.interval_ns) for port, t in tables.items()}
     for fidx, (f, tr) in enumerate(zip(scenario.flows, flows, strict=True)):
         for h in f.hops:
             t = tables[h.port]
@@ -147,6 +148,13 @@ def truth_document(scenario: Scenario, packets: Packets,
                 ecn_rev = ecn_data
             else:
                 ecn_fwd = ecn_data
+            # The marks the generator set on each direction's packets (it sets no FECN;
+            # CNPs carry BECN and are not ECN-capable).
+            ecn = t.cols["ecn"]
+            for marks, mask in ((ecn_fwd, fwd), (ecn_rev, rev)):
+                marks["ect_packets"] = int(np.count_nonzero(mask & ((ecn == 1) | (ecn == 2))))
+                marks["fecn_packets"] = 0
+                marks["becn_packets"] = int(np.count_nonzero(mask & t.cols["becn"]))
             ts = t.cols["ts_ns"][mine]
             span_ns = int(ts.max() - ts.min())
             pay_fwd = int(t.cols["payload"][fwd].sum())
@@ -171,8 +179,11 @@ def truth_document(scenario: Scenario, packets: Packets,
                 "read_latency_s": _summary(tr.read_latency_ns),
                 "icrc_failures": _bad_icrcs_checked(scenario, t, mine, h.port),
                 "ecn": ecn_fwd,
+                "throughput": _throughput(series[h.port].get((fidx, 0), {}), opts.interval_ns),
                 "reverse": {"dest_qp": f.src_qp, "packets": int(np.count_nonzero(rev)),
-                            "payload_bytes": pay_rev, "opcodes": mix(rev), "ecn": ecn_rev},
+                            "payload_bytes": pay_rev, "opcodes": mix(rev), "ecn": ecn_rev,
+                            "throughput": _throughput(series[h.port].get((fidx, 1), {}),
+                                                      opts.interval_ns)},
             })
     return {
         "schema_version": 1, "scenario": scenario.name, "time_origin_ns": t0,
@@ -181,6 +192,30 @@ def truth_document(scenario: Scenario, packets: Packets,
         "spreading": _spreading_truth(scenario, all_intervals, t0, opts),
         **_sharing_truth(scenario, tables, t0, opts),
     }
+
+
+def _data_per_window(t: Rows, t0: int, interval_ns: int) -> dict[tuple[int, int], dict[int, int]]:
+    """(flow, direction) -> window -> data bytes at one port: the payload of the first
+    copy (first time its PSN passes this port) of every packet that carries one."""
+    c = t.cols
+    data: dict[tuple[int, int], dict[int, int]] = {}
+    seen: set[tuple[int, int, int]] = set()
+    for i in np.nonzero((c["kind"] == Kind.ROCE) & (c["payload"] > 0))[0].tolist():
+        key = (int(c["flow"][i]), int(c["dir"][i]), int(c["psn"][i]))
+        if key in seen:
+            continue  # a retransmitted copy
+        seen.add(key)
+        w = (int(c["ts_ns"][i]) - t0) // interval_ns
+        d = data.setdefault(key[:2], {})
+        d[w] = d.get(w, 0) + int(c["payload"][i])
+    return data
+
+
+def _throughput(series: dict[int, int], interval_ns: int) -> dict[str, Any]:
+    """The sparse throughput series: windows that carried data, ascending."""
+    ws = sorted(series)
+    return {"interval_s": interval_ns / 1e9, "start_s": [w * interval_ns / 1e9 for w in ws],
+            "bps": [series[w] * 8 / (interval_ns / 1e9) for w in ws]}
 
 
 def _sharing_truth(scenario: Scenario, tables: dict[str, Rows], t0: int,
@@ -198,17 +233,7 @@ def _sharing_truth(scenario: Scenario, tables: dict[str, Rows], t0: int,
     incasts: list[dict[str, Any]] = []
     iv = opts.interval_ns
     for port, t in tables.items():
-        c = t.cols
-        data: dict[tuple[int, int], dict[int, int]] = {}  # (flow, dir) -> window -> bytes
-        seen: set[tuple[int, int, int]] = set()
-        for i in np.nonzero((c["kind"] == Kind.ROCE) & (c["payload"] > 0))[0].tolist():
-            key = (int(c["flow"][i]), int(c["dir"][i]), int(c["psn"][i]))
-            if key in seen:
-                continue  # a retransmitted copy
-            seen.add(key)
-            w = (int(c["ts_ns"][i]) - t0) // iv
-            d = data.setdefault(key[:2], {})
-            d[w] = d.get(w, 0) + int(c["payload"][i])
+        data = _data_per_window(t, t0, iv)
         dests: dict[tuple[str, str], list[dict[int, int]]] = {}
         senders: dict[str, dict[int, set[int]]] = {}
         for (fidx, direction), series in data.items():
