@@ -32,7 +32,7 @@ from netio.analyze.columns import Flag, Kind, PacketColumns
 from netio.analyze.connections import CmEvent, Connection, cm_events, connections
 from netio.analyze.distribute import Mapper
 from netio.analyze.extract import CHUNK_RECORDS, CaptureChunks, c_columns, count_unsupported
-from netio.analyze.fairness import fairness, incasts
+from netio.analyze.fairness import fairness_bulk, incasts
 from netio.analyze.findings import findings
 from netio.analyze.flows import (
     MAX_SERIES_INTERVALS,
@@ -525,15 +525,21 @@ def _read_responses(v: dict[str, list[int]], rid: int) -> dict[str, int] | None:
             "out_of_order_packets": ooo, "retransmitted_packets": dups + ooo}
 
 
-def _throughput_doc(fr: FlowResults, fid: int, interval_ns: int) -> dict[str, Any]:
-    """Data throughput per interval, sparse: only the intervals that carried data."""
-    got = fr.series.get(fid)
-    interval_s = interval_ns / 1e9
-    if got is None:
-        return {"interval_s": interval_s, "start_s": [], "bps": []}
-    bins, vals = got
-    return {"interval_s": interval_s, "start_s": (bins * interval_ns / 1e9).tolist(),
-            "bps": (vals * 8 / interval_s).tolist()}
+class _Throughput:
+    """Every flow's sparse throughput series, converted to lists in one pass."""
+
+    def __init__(self, fr: FlowResults, interval_ns: int) -> None:
+        t = fr.series
+        self.interval_s = interval_ns / 1e9
+        self.start_s: list[float] = (t.bins * interval_ns / 1e9).tolist()
+        self.bps: list[float] = (t.vals * 8 / self.interval_s).tolist()
+        self.rows = t.rows
+
+    def doc(self, fid: int) -> dict[str, Any]:
+        """Data throughput per interval, sparse: only the intervals that carried data."""
+        a, b = self.rows.get(fid, (0, 0))
+        return {"interval_s": self.interval_s, "start_s": self.start_s[a:b],
+                "bps": self.bps[a:b]}
 
 
 def _primary_flows(fr: FlowResults) -> npt.NDArray[np.intp]:
@@ -600,6 +606,7 @@ def _flow_docs(capture: str, fr: FlowResults, cols: _FlowColumns,
     if fr.n == 0:
         return []
     v = cols.v
+    tput = _Throughput(fr, opts.interval_ns)
     docs = []
     for fid in _primary_flows(fr).tolist():
         rid = v["pair"][fid]
@@ -641,7 +648,7 @@ def _flow_docs(capture: str, fr: FlowResults, cols: _FlowColumns,
             "icrc_failures": v["icrc_bad"][fid],
             "icrc_checked_packets": v["icrc_checked"][fid],
             "ecn": _ecn_doc(fr, v, fid),
-            "throughput": _throughput_doc(fr, fid, opts.interval_ns),
+            "throughput": tput.doc(fid),
             "connection": None,
             "reverse": None,
         }
@@ -653,7 +660,7 @@ def _flow_docs(capture: str, fr: FlowResults, cols: _FlowColumns,
                 "opcodes": cols.opcodes[rid], "ecn": _ecn_doc(fr, v, rid),
                 "icrc_failures": v["icrc_bad"][rid],
                 "request_packets": v["requests"][rid],
-                "throughput": _throughput_doc(fr, rid, opts.interval_ns),
+                "throughput": tput.doc(rid),
             }
         docs.append(doc)
     return docs
@@ -711,7 +718,8 @@ def _document(captures: list[dict[str, Any]], queues: list[tuple[QueueState, dic
             by_egress.setdefault(cols.mac(dmac), []).append(fid)
             senders_to.setdefault(dst, []).append((fid, (key.src_ip, key.ipv6)))
         for kind, groups in (("destination", by_dst), ("egress", by_egress)):
-            for fa in fairness(groups, series, kind, origin, opts.interval_ns):
+            for fa in fairness_bulk(groups, series.fids, series.bins, series.vals, kind,
+                                    origin, opts.interval_ns):
                 fairness_docs.append({
                     "capture": capture, "group": fa.group, "key": fa.key, "flows": fa.flows,
                     "windows": fa.windows, "jain_min": fa.jain_min, "jain_mean": fa.jain_mean,

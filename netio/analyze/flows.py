@@ -56,6 +56,7 @@ within ``RELATIVE_ERROR``).
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import IntFlag
 from typing import Any
@@ -180,7 +181,7 @@ class FlowResults:
     opcodes: I64  # (flows, OPCODE_SLOTS), see SLOT_OPCODE
     naks: I64  # (flows, 32) by NAK code
     sketches: dict[tuple[int, str], LatencySketch]  # (flow, kind), kinds with samples
-    series: dict[int, tuple[I64, I64]]  # flow -> (intervals, data bytes), intervals ascending
+    series: SeriesTable  # flow -> (intervals, data bytes), intervals ascending
     ce_series: I64  # CE marks per interval
     cnp_series: I64  # CNPs per interval
     beyond_series: int = 0  # CE marks and CNPs later than MAX_SERIES_INTERVALS intervals
@@ -231,24 +232,45 @@ class FlowResults:
         return out
 
 
-def _series_from(triples: I64) -> dict[int, tuple[I64, I64]]:
+class SeriesTable(Mapping[int, tuple[I64, I64]]):
+    """Data bytes per (flow, interval), held as three sorted columns (flow, interval,
+    bytes) with each flow's row range: ``table[flow]`` is (intervals, bytes), both
+    ascending in interval, as views; no per-flow objects are made up front."""
+
+    def __init__(self, fids: I64, bins: I64, vals: I64) -> None:
+        self.fids, self.bins, self.vals = fids, bins, vals
+        cuts = np.nonzero(np.diff(fids))[0] + 1
+        starts = np.concatenate(([0], cuts)) if fids.size else np.zeros(0, np.int64)
+        ends = np.concatenate((cuts, [fids.size])) if fids.size else np.zeros(0, np.int64)
+        self.rows: dict[int, tuple[int, int]] = dict(zip(
+            fids[starts].tolist(), zip(starts.tolist(), ends.tolist(), strict=True),
+            strict=True))
+
+    def __getitem__(self, fid: int) -> tuple[I64, I64]:
+        a, b = self.rows[fid]
+        return self.bins[a:b], self.vals[a:b]
+
+    def __contains__(self, fid: object) -> bool:
+        return fid in self.rows
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def _series_from(triples: I64) -> SeriesTable:
     """(flow, interval, bytes) triples, in any order, summed per (flow, interval)."""
-    out: dict[int, tuple[I64, I64]] = {}
     if triples.size == 0:
-        return out
+        empty = np.zeros(0, np.int64)
+        return SeriesTable(empty, empty, empty)
     order = np.lexsort((triples[:, 1], triples[:, 0]))
     t = triples[order]
     new = np.ones(len(t), np.bool_)
     new[1:] = (t[1:, 0] != t[:-1, 0]) | (t[1:, 1] != t[:-1, 1])
     starts = np.nonzero(new)[0]
-    fids = t[starts, 0]
-    bins = t[starts, 1]
-    sums = np.add.reduceat(t[:, 2], starts)
-    cuts = np.nonzero(np.diff(fids))[0] + 1
-    for fp, bp, sp in zip(np.split(fids, cuts), np.split(bins, cuts), np.split(sums, cuts),
-                          strict=True):
-        out[int(fp[0])] = (bp, sp)
-    return out
+    return SeriesTable(t[starts, 0], t[starts, 1], np.add.reduceat(t[:, 2], starts))
 
 
 def _dense(pairs: I64) -> tuple[I64, int]:
