@@ -166,6 +166,11 @@ def test_small_truth_checks_fairness_and_incast(
                and f["throughput"]["interval_s"] > 0 for f in truth["flows"])
     assert sum(f["reverse"]["ecn"]["becn_packets"] for f in truth["flows"]) > 0
     assert sum(len(f["throughput"]["bps"]) for f in truth["flows"]) > 0
+    # The root's converging flows all go into host3, A and C among them, with data.
+    conv = [f for f in truth["spreading"][0]["converging_flows"] if f["data_bytes"]]
+    assert {f["dst_ip"] for f in conv} == {"10.0.0.3"}
+    assert {("10.0.0.1", "10.0.0.3"), ("10.0.0.2", "10.0.0.3")} <= {
+        (f["src_ip"], f["dst_ip"]) for f in conv}
 
 
 def test_compare_is_two_sided(small: tuple[list[str], dict[str, Any]]) -> None:
@@ -192,6 +197,9 @@ def test_compare_is_two_sided(small: tuple[list[str], dict[str, Any]]) -> None:
             target = target[k]
         target[path[-1]] += change
         assert compare_with_truth(wrong, truth), path
+    fewer = copy.deepcopy(doc)
+    fewer["spreading"][0]["converging_flows"].pop()
+    assert compare_with_truth(fewer, truth)
     slow = copy.deepcopy(doc)
     busy = next(f for f in slow["flows"] if f["throughput"]["bps"])
     busy["throughput"]["bps"][0] *= 1.01

@@ -189,7 +189,7 @@ def truth_document(scenario: Scenario, packets: Packets,
         "schema_version": 1, "scenario": scenario.name, "time_origin_ns": t0,
         "captures": captures, "pause_senders": senders, "storms": storms,
         "xon_storms": xon_storms, "flows": flow_docs,
-        "spreading": _spreading_truth(scenario, all_intervals, t0, opts),
+        "spreading": _spreading_truth(scenario, all_intervals, t0, opts, tables, series),
         **_sharing_truth(scenario, tables, t0, opts),
     }
 
@@ -303,7 +303,9 @@ def _bad_icrcs_checked(scenario: Scenario, table: Rows, mine: Any, port: str) ->
 
 
 def _spreading_truth(scenario: Scenario, events: list[tuple[int, str, int, int | None]], t0: int,
-                     opts: AnalysisOptions) -> list[dict[str, Any]]:
+                     opts: AnalysisOptions, tables: dict[str, Rows],
+                     series: dict[str, dict[tuple[int, int], dict[int, int]]]
+                     ) -> list[dict[str, Any]]:
     """Chains of pauses starting within the causality window of an earlier member."""
     chains: list[list[tuple[int, str, int, int | None]]] = []
     for ev in sorted(events):
@@ -344,12 +346,40 @@ def _spreading_truth(scenario: Scenario, events: list[tuple[int, str, int, int |
             "root": {"capture": root[1], "src_mac": format_mac_int(root[2]),
                      "priority": root[3], "start_s": _s(root[0], t0)},
             "congested_destination": None if dest is None else format_ipv4_int(dest),
+            "converging_flows": _converging(scenario, tables[root[1]], series[root[1]],
+                                            root[1], root[2], root[3]),
             "members": [{"capture": m[1], "src_mac": format_mac_int(m[2]), "priority": m[3],
                          "start_s": _s(m[0], t0), "delay_s": (m[0] - root[0]) / 1e9}
                         for m in chain],
             "victims": victims,
         })
     return out
+
+
+def _converging(scenario: Scenario, table: Rows, series: dict[tuple[int, int], dict[int, int]],
+                port: str, mac: int, prio: int | None) -> list[dict[str, Any]]:
+    """Every flow direction seen at ``port`` that is addressed to the pausing ``mac`` (at
+    the paused priority), in order of its first packet there, with its data bytes."""
+    c = table.cols
+    out = []
+    for fidx, f in enumerate(scenario.flows):
+        if prio is not None and f.priority != prio:
+            continue
+        for h in f.hops:
+            if h.port != port:
+                continue
+            for direction, to_mac in ((0, h.dst_mac), (1, h.src_mac)):
+                rows = np.nonzero((c["flow"] == fidx) & (c["dir"] == direction)
+                                  & (c["kind"] == Kind.ROCE))[0]
+                if to_mac != mac or rows.size == 0:
+                    continue
+                src, dst = (f.src_ip, f.dst_ip) if direction == 0 else (f.dst_ip, f.src_ip)
+                out.append((int(rows[0]), {
+                    "capture": port, "src_ip": format_ipv4_int(src),
+                    "dst_ip": format_ipv4_int(dst),
+                    "dest_qp": f.dst_qp if direction == 0 else f.src_qp,
+                    "data_bytes": sum(series.get((fidx, direction), {}).values())}))
+    return [d for _, d in sorted(out, key=lambda x: x[0])]
 
 
 def _paused_data_flows(scenario: Scenario, port: str, mac: int, prio: int | None
