@@ -80,4 +80,7 @@ def compare_with_truth(doc: dict[str, Any], truth: dict[str, Any]) -> list[str]:
         else:
             out += mismatches(flows[fkey(f)], f, f"flow{fkey(f)}")
     out += [f"flow {k} reported, not in the truth" for k in flows if k not in wanted]
+    kinds = sorted({f["kind"] for f in doc["findings"]})
+    if kinds != truth["finding_kinds"]:
+        out.append(f"finding kinds {kinds} != {truth['finding_kinds']}")
     return out

@@ -197,6 +197,9 @@ def test_compare_is_two_sided(small: tuple[list[str], dict[str, Any]]) -> None:
             target = target[k]
         target[path[-1]] += change
         assert compare_with_truth(wrong, truth), path
+    quiet = copy.deepcopy(doc)
+    quiet["findings"] = [f for f in doc["findings"] if f["kind"] != "rnr"]
+    assert "rnr" in truth["finding_kinds"] and compare_with_truth(quiet, truth)
     fewer = copy.deepcopy(doc)
     fewer["spreading"][0]["converging_flows"].pop()
     assert compare_with_truth(fewer, truth)

@@ -185,13 +185,53 @@ def truth_document(scenario: Scenario, packets: Packets,
                             "throughput": _throughput(series[h.port].get((fidx, 1), {}),
                                                       opts.interval_ns)},
             })
-    return {
+    doc = {
         "schema_version": 1, "scenario": scenario.name, "time_origin_ns": t0,
         "captures": captures, "pause_senders": senders, "storms": storms,
         "xon_storms": xon_storms, "flows": flow_docs,
         "spreading": _spreading_truth(scenario, all_intervals, t0, opts, tables, series),
         **_sharing_truth(scenario, tables, t0, opts),
     }
+    doc["finding_kinds"] = _finding_kinds(doc)
+    return doc
+
+
+def _finding_kinds(doc: dict[str, Any]) -> list[str]:
+    """The kinds of finding the analysis must report (netio.analyze.findings' list), from
+    what the scenario put in: chains, storms, pauses outside them, XON storms, incasts;
+    per flow losses (dropped requests), retransmissions without loss (RNR retries), RNR
+    NAKs, bad ICRCs the snap length lets through, DCQCN rate violations, CE marks. The
+    generated captures are whole and undamaged, so no "input" finding."""
+    kinds = set()
+    if doc["spreading"]:
+        kinds.add("pause_spreading")
+    if doc["storms"]:
+        kinds.add("pfc_storm")
+    explained = {(s["capture"], s["src_mac"], s["priority"]) for s in doc["storms"]} | {
+        (m["capture"], m["src_mac"], m["priority"]) for ch in doc["spreading"]
+        for m in ch["members"]}
+    if any((p["capture"], p["src_mac"], p["priority"]) not in explained and p["intervals"]
+           for p in doc["pause_senders"]):
+        kinds.add("pause")
+    if doc["xon_storms"]:
+        kinds.add("xon_storm")
+    if doc["incast"]:
+        kinds.add("incast")
+    for f in doc["flows"]:
+        if f["psn_gap_packets"]:
+            kinds.add("loss")
+        elif f["retransmitted_packets"]:
+            kinds.add("retransmission")
+        if f["rnr_naks"]:
+            kinds.add("rnr")
+        if f["icrc_failures"]:
+            kinds.add("icrc")
+        for e in (f["ecn"], f["reverse"]["ecn"]):
+            if e["cnp_rate_violations"]:
+                kinds.add("cnp_rate")
+            if e["ce_packets"]:
+                kinds.add("ecn")
+    return sorted(kinds)
 
 
 def _data_per_window(t: Rows, t0: int, interval_ns: int) -> dict[tuple[int, int], dict[int, int]]:
