@@ -462,3 +462,22 @@ def test_goodput_has_one_definition(tmp_path: Path, capsys: pytest.CaptureFixtur
 def build(side: dict[str, Any], bth: Any, **kw: Any) -> bytes:
     from netio.wire.packet import build_roce_frame
     return build_roce_frame(bth=bth, **side, **kw)
+
+
+def test_streamed_flow_documents_are_the_list(small: list[str]) -> None:
+    import io
+
+    from netio.analyze.engine import FlowDocuments
+    from netio.analyze.report import to_text, write_json
+
+    listed = analyze(small, AnalysisOptions())
+    streamed = analyze(small, AnalysisOptions(), stream_flows=True)
+    flows = streamed["flows"]
+    assert isinstance(flows, FlowDocuments) and len(flows) == len(listed["flows"]) > 0
+    assert list(flows) == list(flows) == listed["flows"]  # made afresh, equal, each time
+    assert flows[1] == listed["flows"][1] and flows[:2] == listed["flows"][:2]
+    a, b = io.StringIO(), io.StringIO()
+    write_json(listed, a)
+    write_json(streamed, b)
+    assert a.getvalue() == b.getvalue()
+    assert to_text(streamed) == to_text(listed)

@@ -21,8 +21,9 @@ import warnings
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -188,13 +189,16 @@ def _ignore(done: int) -> None:
 
 def analyze(paths: Sequence[str], opts: AnalysisOptions, *, use_native: bool | None = None,
             progress: Progress | None = None, chunk_records: int | None = None,
-            mapper: Mapper | None = None) -> dict[str, Any]:
+            mapper: Mapper | None = None, stream_flows: bool = False) -> dict[str, Any]:
     """Analyse ``paths`` together; returns the JSON-ready result document.
 
     ``chunk_records``: records per step (the native pass's batch, the
     reference's chunk); results do not depend on it. ``mapper``
     (``netio.analyze.distribute``): where the per-capture analyses run (default:
     here, one after the other); the document does not depend on it.
+    ``stream_flows``: ``flows`` is a ``FlowDocuments`` that makes each flow's
+    document as it is iterated (bounded memory per flow; ``report.write_json``
+    streams it) instead of a list.
     """
     if use_native is None:
         use_native = native.AVAILABLE
@@ -281,7 +285,7 @@ def analyze(paths: Sequence[str], opts: AnalysisOptions, *, use_native: bool | N
             conns[cap.name] = connections(run.cm)
     with _no_gc():
         return _document(captures, queues, flow_results, conns, warnings, origin, opts,
-                         use_native)
+                         use_native, stream_flows)
 
 
 def _reporting(results: Iterator[CaptureRun], tasks: Sequence[CaptureTask],
@@ -601,13 +605,43 @@ def _name_by_connection(docs: list[dict[str, Any]], conns: list[Connection]) -> 
             d["connection"] = connection_name(owner)
 
 
-def _flow_docs(capture: str, fr: FlowResults, cols: _FlowColumns,
-               opts: AnalysisOptions, origin: int) -> list[dict[str, Any]]:
+class FlowDocuments(Sequence[dict[str, Any]]):
+    """The ``flows`` of a document, made one at a time from the per-flow columns each
+    time they are iterated (``analyze(..., stream_flows=True)``): memory stays at the
+    columns (a few hundred bytes per flow) instead of a dict tree per flow. Iterating
+    twice gives equal documents; ``list()`` makes the plain list."""
+
+    def __init__(self) -> None:
+        self._parts: list[tuple[int, Callable[[], Iterator[dict[str, Any]]]]] = []
+        self._n = 0
+
+    def add(self, n: int, make: Callable[[], Iterator[dict[str, Any]]]) -> None:
+        self._parts.append((n, make))
+        self._n += n
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for _, make in self._parts:
+            yield from make()
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        return list(self)[i]
+
+
+def _flow_docs(capture: str, fr: FlowResults, cols: _FlowColumns, opts: AnalysisOptions,
+               origin: int, conns: list[Connection]) -> Iterator[dict[str, Any]]:
+    """The flow documents of one capture, most bytes first, one at a time."""
     if fr.n == 0:
-        return []
+        return
     v = cols.v
     tput = _Throughput(fr, opts.interval_ns)
-    docs = []
     for fid in _primary_flows(fr).tolist():
         rid = v["pair"][fid]
         key = fr.keys[fid]
@@ -662,8 +696,9 @@ def _flow_docs(capture: str, fr: FlowResults, cols: _FlowColumns,
                 "request_packets": v["requests"][rid],
                 "throughput": tput.doc(rid),
             }
-        docs.append(doc)
-    return docs
+        if conns:
+            _name_by_connection([doc], conns)
+        yield doc
 
 
 def _ecn_series_doc(fr: FlowResults, last_ns: int | None, origin: int,
@@ -689,9 +724,10 @@ def _seen_doc(f: FlowSeen) -> dict[str, Any]:
 def _document(captures: list[dict[str, Any]], queues: list[tuple[QueueState, dict[str, Any]]],
               flow_results: list[tuple[str, FlowResults, int | None]],
               conns: dict[str, list[Connection]], warnings: list[str],
-              origin: int, opts: AnalysisOptions, use_native: bool) -> dict[str, Any]:
+              origin: int, opts: AnalysisOptions, use_native: bool,
+              stream_flows: bool = False) -> dict[str, Any]:
     senders, storms, xon_storms, events = _pause_docs(queues, origin, opts)
-    flows: list[dict[str, Any]] = []
+    flows = FlowDocuments()
     seen: list[FlowSeen] = []
     fairness_docs: list[dict[str, Any]] = []
     incast_docs: list[dict[str, Any]] = []
@@ -699,10 +735,8 @@ def _document(captures: list[dict[str, Any]], queues: list[tuple[QueueState, dic
     for capture, fr, last_ns in flow_results:
         series = fr.series
         cols = _FlowColumns(fr, origin)
-        start = len(flows)
-        flows.extend(_flow_docs(capture, fr, cols, opts, origin))
-        if capture in conns:
-            _name_by_connection(flows[start:], conns[capture])
+        flows.add(len(_primary_flows(fr)) if fr.n else 0,
+                  partial(_flow_docs, capture, fr, cols, opts, origin, conns.get(capture, [])))
         by_dst: dict[str, list[int]] = {}
         by_egress: dict[str, list[int]] = {}
         senders_to: dict[str, list[tuple[int, Hashable]]] = {}
@@ -783,7 +817,8 @@ def _document(captures: list[dict[str, Any]], queues: list[tuple[QueueState, dic
         "connections": [_connection_doc(cap, c, origin) for cap, cs in conns.items()
                         for c in cs],
         "pause_senders": senders,
-        "storms": storms, "xon_storms": xon_storms, "spreading": spreading, "flows": flows,
+        "storms": storms, "xon_storms": xon_storms, "spreading": spreading,
+        "flows": flows if stream_flows else list(flows),
         "fairness": fairness_docs, "incast": incast_docs, "ecn_series": series_doc,
         "assumptions": assumptions, "error": None,
     }

@@ -683,7 +683,7 @@ class NativeFlows:
         n = lib.netio_analyzer_flows(a)
         words = np.zeros((n, 5), np.uint64)
         counters = np.zeros((n, len(COUNTERS)), np.int64)
-        opcodes = np.zeros((n, OPCODE_SLOTS), np.uint64)
+        opcodes = np.zeros((n, OPCODE_SLOTS), np.int64)  # C writes uint64 counts < 2^63
         naks = np.zeros((n, 32), np.int64)
         if n:
             lib.netio_analyzer_export(a, ffi.from_buffer("uint64_t[]", words),
@@ -701,7 +701,7 @@ class NativeFlows:
             series.append(t)
         ce, ce_beyond = _dense(series[1][:, 1:])
         cnp, cnp_beyond = _dense(series[2][:, 1:])
-        return FlowResults(keys, counters, opcodes.astype(np.int64), naks, sketches,
+        return FlowResults(keys, counters, opcodes, naks, sketches,
                            _series_from(series[0]), ce, cnp, ce_beyond + cnp_beyond)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import textwrap
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 from netio.analyze.findings import flow_name, plural
@@ -28,11 +29,11 @@ def write_json(doc: dict[str, Any], out: TextIO) -> None:
     out.write("{")
     for i, (key, value) in enumerate(doc.items()):
         out.write(("\n " if i == 0 else ",\n ") + enc(key) + ": ")
-        if isinstance(value, list) and value:
+        if isinstance(value, Sequence) and not isinstance(value, str):
             out.write("[")
             for j, item in enumerate(value):
                 out.write(("\n  " if j == 0 else ",\n  ") + enc(item))
-            out.write("\n ]")
+            out.write("\n ]" if len(value) else "]")
         else:
             out.write(enc(value))
     out.write("\n}\n")

@@ -342,7 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.FAILED
     try:
         doc = analyze(paths, opts, use_native=False if args.pure else None, progress=bar,
-                      mapper=mapper)
+                      mapper=mapper, stream_flows=True)
     except ClusterError as exc:
         sys.stderr.write(f"netio-analyze: error: {exc}\n")
         if args.json:
