@@ -131,3 +131,23 @@ def test_unreachable_scheduler_is_one_line_and_exit_4(captures: list[str],
     code = analyze_main(["--dask-scheduler", "tcp://127.0.0.1:9", captures[0]])
     err = capsys.readouterr().err
     assert code == 4 and err.count("\n") == 1 and "Dask scheduler" in err
+
+
+def test_default_jobs_use_workers_only_for_enough_data() -> None:
+    from netio.cli.analyze import POOL_MIN_BYTES, _mapper, build_parser
+
+    args = build_parser().parse_args(["a.pcap", "b.pcap"])
+    assert _mapper(args, 2, POOL_MIN_BYTES - 1) is None  # small: here, no start-up cost
+    assert _mapper(args, 1, 10 * POOL_MIN_BYTES) is None  # one capture: nothing to share
+    big = _mapper(args, 2, POOL_MIN_BYTES)
+    cpus = len(os.sched_getaffinity(0))
+    try:
+        assert (big is None) == (cpus == 1)
+    finally:
+        if big is not None:
+            big.close()
+    one = build_parser().parse_args(["-j", "1", "a.pcap", "b.pcap"])
+    assert _mapper(one, 2, 10 * POOL_MIN_BYTES) is None
+    two = _mapper(build_parser().parse_args(["-j", "2", "a", "b"]), 2, 0)
+    assert isinstance(two, ProcessMapper)
+    two.close()

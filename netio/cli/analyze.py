@@ -42,6 +42,9 @@ EXIT_UNREADABLE = ExitCode.UNREADABLE
 #: File name endings of captures in a directory given as input (each may also end in
 #: .gz, .xz or .zst: compressed captures are read directly).
 CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap")
+#: Without --jobs, captures are analysed in worker processes only when there are
+#: at least this many bytes of them (starting the workers costs about a second).
+POOL_MIN_BYTES = 64 << 20
 #: Show a progress bar on a terminal when the input is at least this large.
 PROGRESS_MIN_BYTES = 64 << 20
 
@@ -223,8 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ignore packets from T after the first packet on")
     p.add_argument("-j", "--jobs", type=_count, metavar="N",
                    help="analyse up to N captures at once, each in a worker process "
-                        "(default: one per CPU when there are several captures; 1: in this "
-                        "process); the result is the same")
+                        "(default: one per CPU when there are several captures and at least "
+                        "64 MiB of them; 1: in this process); the result is the same")
     p.add_argument("--dask-scheduler", metavar="ADDRESS",
                    help="analyse the captures on the workers of this dask.distributed "
                         "scheduler (e.g. tcp://10.0.0.9:8786); the workers open the same "
@@ -291,13 +294,18 @@ class _Bar:
         sys.stderr.write("\n")
 
 
-def _mapper(args: argparse.Namespace, n_captures: int) -> Any:
-    """Where the per-capture analyses run (netio.analyze.distribute), None for here."""
+def _mapper(args: argparse.Namespace, n_captures: int, total_bytes: int) -> Any:
+    """Where the per-capture analyses run (netio.analyze.distribute), None for here.
+    Without --jobs: one worker per CPU when there are several captures and enough
+    data to repay starting the workers (POOL_MIN_BYTES), else this process."""
     from netio.analyze.distribute import DaskMapper, ProcessMapper
 
     if args.dask_scheduler:
         return DaskMapper(args.dask_scheduler)
-    jobs = args.jobs if args.jobs is not None else len(os.sched_getaffinity(0))
+    if args.jobs is not None:
+        jobs = args.jobs
+    else:
+        jobs = len(os.sched_getaffinity(0)) if total_bytes >= POOL_MIN_BYTES else 1
     jobs = min(jobs, n_captures)
     return ProcessMapper(jobs) if jobs > 1 else None
 
@@ -334,7 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.progress == "auto" and sys.stderr.isatty() and total >= PROGRESS_MIN_BYTES)
     bar = _Bar() if show else None
     try:
-        mapper = _mapper(args, len(paths))
+        mapper = _mapper(args, len(paths), total)
     except ClusterError as exc:
         sys.stderr.write(f"netio-analyze: error: {exc}\n")
         if args.json:
