@@ -612,16 +612,25 @@ class FlowDocuments(Sequence[dict[str, Any]]):
     twice gives equal documents; ``list()`` makes the plain list."""
 
     def __init__(self) -> None:
-        self._parts: list[tuple[int, Callable[[], Iterator[dict[str, Any]]]]] = []
+        self._parts: list[tuple[int, Callable[[bool], Iterator[dict[str, Any]]]]] = []
         self._n = 0
 
-    def add(self, n: int, make: Callable[[], Iterator[dict[str, Any]]]) -> None:
+    def add(self, n: int, make: Callable[[bool], Iterator[dict[str, Any]]]) -> None:
+        """``make(only_problems)``: the documents of one capture (with True: at least
+        those of the flows whose counters show a loss, retransmission, NAK, bad ICRC,
+        CE mark or DCQCN violation, in either direction)."""
         self._parts.append((n, make))
         self._n += n
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for _, make in self._parts:
-            yield from make()
+            yield from make(False)
+
+    def with_problems(self) -> Iterator[dict[str, Any]]:
+        """The documents of the flows that may have a problem (for the findings), in
+        document order: a subset of the flows, never missing one with a problem."""
+        for _, make in self._parts:
+            yield from make(True)
 
     def __len__(self) -> int:
         return self._n
@@ -635,14 +644,35 @@ class FlowDocuments(Sequence[dict[str, Any]]):
         return list(self)[i]
 
 
+#: Counters any of which, in either direction, may make a flow a finding.
+_PROBLEM_COUNTERS = ("gap_packets", "dups", "ooo", "rr_gap_packets", "rr_dups", "rr_ooo",
+                     "rnr", "naks", "icrc_bad", "cnp_violations", "ce")
+
+
+def _problem_flows(fr: FlowResults) -> npt.NDArray[np.bool_]:
+    c = fr.c
+    mine = np.zeros(fr.n, np.bool_)
+    for name in _PROBLEM_COUNTERS:
+        mine |= c[name] != 0
+    pair = c["pair"]
+    either: npt.NDArray[np.bool_] = mine | np.where(pair >= 0, mine[np.maximum(pair, 0)],
+                                                     False)
+    return either
+
+
 def _flow_docs(capture: str, fr: FlowResults, cols: _FlowColumns, opts: AnalysisOptions,
-               origin: int, conns: list[Connection]) -> Iterator[dict[str, Any]]:
-    """The flow documents of one capture, most bytes first, one at a time."""
+               origin: int, conns: list[Connection], only_problems: bool = False
+               ) -> Iterator[dict[str, Any]]:
+    """The flow documents of one capture, most bytes first, one at a time (with
+    ``only_problems``, those of ``_problem_flows``)."""
     if fr.n == 0:
         return
     v = cols.v
     tput = _Throughput(fr, opts.interval_ns)
-    for fid in _primary_flows(fr).tolist():
+    order = _primary_flows(fr)
+    if only_problems:
+        order = order[_problem_flows(fr)[order]]
+    for fid in order.tolist():
         rid = v["pair"][fid]
         key = fr.keys[fid]
         req = v["requests"][fid]
