@@ -279,3 +279,8 @@ class VerbsError(IoError):
         code = (f" [{errno_mod.errorcode.get(errno_value, '?')} ({errno_value}): "
                 f"{os.strerror(errno_value)}]" if errno_value > 0 else "")
         super().__init__(f"{call}: {message}{code}", hint=hint)
+
+
+class ClusterError(NetioError):
+    """The analysis cluster (``netio-analyze --dask-scheduler``) cannot be used: Dask is
+    not installed, or the scheduler cannot be reached."""

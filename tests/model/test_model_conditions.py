@@ -37,8 +37,8 @@ from netio.telemetry.profile import (
 @pytest.fixture(scope="module")
 def demo_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``netio scenario --preset demo DIR && netio-analyze --json DIR/*.pcap``, in process."""
-    from netio.analyze.presets import preset
-    from netio.analyze.scenario import generate
+    from netio.scenario.presets import preset
+    from netio.scenario.generate import generate
     from netio.cli.analyze import main as analyze_main
 
     d = tmp_path_factory.mktemp("demo")
@@ -68,7 +68,7 @@ def test_factors_closed_forms() -> None:
 
 def test_demo_report_conditions(demo_report: Path) -> None:
     c = load_conditions(demo_report)
-    # The demo story (netio/analyze/presets.py): host3 pauses sw1-p3 from 300 to 600 ms of
+    # The demo story (netio/scenario/presets.py): host3 pauses sw1-p3 from 300 to 600 ms of
     # a 0.9 s capture, a third of the time; 4 senders converge on host3 (incast); flow D
     # loses a packet (go-back-N); host3 sends CNPs.
     assert c.pause_fraction == pytest.approx(0.3 / 0.9, rel=0.01)
