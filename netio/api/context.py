@@ -424,7 +424,7 @@ async def _watch_peer(ep: Endpoint, reader: asyncio.StreamReader,
     except asyncio.CancelledError:
         writer.close()
         raise
-    ep.peer_closed = True
+    ep.mark_peer_closed()
     writer.close()
 
 
