@@ -417,13 +417,22 @@ async def _bring_up(qp: VerbsQp, cmid: Any, mtu_bytes: int | None, cap_bytes: in
         QpAddress, int]:
     """RTR and RTS with rdma_cm's attributes; the path MTU is ``mtu_bytes`` when a netio
     peer agreed one, else the CM's (capped by ``cap_bytes``)."""
-    attr, mask = cmid.init_qp_attr(_QPS_RTR)
+    cm = _cm()
+    try:
+        attr, mask = cmid.init_qp_attr(_QPS_RTR)
+    except cm.Error as exc:
+        raise ConnectFailed(f"QP {qp.qpn}: rdma_init_qp_attr for RTR failed: {exc}",
+                            errno_value=_errno_of(exc)) from exc
     cm_mtu = mtu_bytes_of(int(attr.path_mtu)) or cap_bytes
     mtu = mtu_bytes if mtu_bytes else min(cm_mtu, cap_bytes)
     attr.path_mtu = mtu_enum(mtu)
     qp.cm_modify(attr, mask, "RTR")
     remote = _remote_address(attr, mtu)
-    attr, mask = cmid.init_qp_attr(_QPS_RTS)
+    try:
+        attr, mask = cmid.init_qp_attr(_QPS_RTS)
+    except cm.Error as exc:
+        raise ConnectFailed(f"QP {qp.qpn}: rdma_init_qp_attr for RTS failed: {exc}",
+                            errno_value=_errno_of(exc)) from exc
     qp.cm_modify(attr, mask, "RTS")
     qp.cm_connected(remote, mtu)
     return remote, mtu
@@ -629,9 +638,10 @@ class CmAcceptor:
             ev = await self._requests.get()
             try:
                 ep = await self._accept_request(ev.child, ev.private_data)
-            except (NetioError, OSError) as exc:
+            except Exception as exc:  # one bad request must not end the listener
                 self.listener.rejected += 1
-                self.listener.errors.append(str(exc))
+                self.listener.errors.append(str(exc) if isinstance(exc, NetioError) else
+                                            f"{type(exc).__name__}: {exc}")
                 log.warning("netio rdma_cm listener: %s", exc)
                 continue
             if self._closed or not self.listener.deliver(ep):
