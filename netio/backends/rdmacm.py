@@ -373,7 +373,7 @@ class CmQp:
             self.cmid.disconnect()
         ep = self.endpoint
         if ep is not None:
-            ep.peer_closed = True
+            ep.mark_peer_closed()
             ep.progress()
 
     async def close(self) -> None:
