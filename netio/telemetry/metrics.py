@@ -165,6 +165,10 @@ SW_BACKOFF = MetricSpec("netio_switch_backoff_seconds", G,
                         "Current back-off before the next poll of a failing target.",
                         ("target",))
 
+# Everything above is read by a collector: what an alarm may watch.
+COLLECTED_SPECS: tuple[MetricSpec, ...] = tuple(
+    v for v in list(globals().values()) if isinstance(v, MetricSpec))
+
 # --- derived signals -----------------------------------------------------------------------------
 PAUSE_RATIO = MetricSpec(
     "netio_pfc_paused_ratio", G,
@@ -176,6 +180,11 @@ CNP_RATE = MetricSpec("netio_rdma_cnp_packets_per_second", G,
 RETRANS_RATE = MetricSpec(
     "netio_rdma_retransmission_events_per_second", G,
     "Retransmission-triggering events per second over the last interval.",
+    ("device", "port"))
+RETRANSMISSIONS = MetricSpec(
+    "netio_rdma_retransmission_events_total", C,
+    "Retransmission-triggering events (the sum of the driver counters that "
+    "netio.telemetry.derived.retransmission_events picks, so none is counted twice).",
     ("device", "port"))
 UTILISATION = MetricSpec("netio_link_utilisation_ratio", G,
                          "max(rx, tx) bytes per second over link speed (0..1).", ("device",))
