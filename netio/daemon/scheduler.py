@@ -5,8 +5,9 @@ The timeout is ``daemon.collector_timeout_s``, the same for every collector: a
 run that has not returned by then is a ``timeout`` fault; while a blocking run
 stays stuck in its thread, the job's next runs are skipped as ``hung`` faults.
 A job that falls behind (a run longer than its interval) skips the ticks it
-missed.  Results go to ``on_collection``; faults without a collection to
-``on_failure``.
+missed.  A collector with an ``idle_s()`` method may ask for a longer pause
+(the PFC counter poll while no interface has PFC counters).  Results go to
+``on_collection``; faults without a collection to ``on_failure``.
 """
 
 from __future__ import annotations
@@ -63,12 +64,15 @@ class Scheduler:
     async def _job_loop(self, job: Job, generation: int) -> None:
         loop = asyncio.get_running_loop()
         next_at = loop.time()
+        idle = getattr(job.collector, "idle_s", None)
         while generation == self._generation:
             await self.run_once(job, generation)
             next_at += job.interval_s
             now = loop.time()
             if next_at < now:  # fell behind (slow collector): skip missed ticks
                 next_at = now + job.interval_s - (now - next_at) % job.interval_s
+            if idle is not None:
+                next_at = max(next_at, now + idle())
             await asyncio.sleep(next_at - now)
 
     async def run_once(self, job: Job, generation: int | None = None) -> None:

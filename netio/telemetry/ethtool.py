@@ -267,7 +267,7 @@ class PfcCounterCollector:
     Every ``rescan_s`` it reads all selected interfaces and remembers which of
     their statistics map onto :data:`WATCHED_METRICS`; in between it reads only
     the interfaces that have any, and yields only those series.  A host without
-    PFC counters (a virtual NIC) then costs one wake-up per poll.
+    PFC counters (a virtual NIC) is polled only at each rescan (:meth:`idle_s`).
     """
 
     name = "pfcwd"
@@ -281,6 +281,13 @@ class PfcCounterCollector:
         # interface -> statistic name -> (metric, labels, scale)
         self._watched: dict[str, dict[str, tuple[MetricSpec, tuple[str, ...], float]]] = {}
         self._next_scan_mono = 0.0
+
+    def idle_s(self) -> float:
+        """How long the scheduler may wait beyond its interval: while no interface
+        has PFC counters there is nothing to read until the next rescan."""
+        if self._watched:
+            return 0.0
+        return max(0.0, self._next_scan_mono - time.monotonic())
 
     def _plan(self, ifname: str, names: list[str]
               ) -> dict[str, tuple[MetricSpec, tuple[str, ...], float]]:
