@@ -22,6 +22,7 @@ from netio.telemetry.ethtool import EthtoolConfig
 from netio.telemetry.metrics import COLLECTED_SPECS
 from netio.telemetry.netdev import NetdevConfig
 from netio.telemetry.rdma import RdmaConfig
+from netio.telemetry.rdma_qp import RdmaQpConfig
 from netio.telemetry.selection import Selection
 from netio.telemetry.snmp import SnmpTarget
 
@@ -102,6 +103,7 @@ class Config:
     watchdog: WatchdogSection = field(default_factory=WatchdogSection)
     capture: CaptureSection = field(default_factory=CaptureSection)
     alarms: tuple[Alarm, ...] = ()
+    rdma_qp: RdmaQpConfig = field(default_factory=RdmaQpConfig)
 
 
 class _Table:
@@ -279,6 +281,11 @@ def parse_config(data: dict[str, Any]) -> Config:
     t = cols.table("dcb")
     dcb = DcbSection(t.bool_("enabled", True), t.num("interval_s", 5.0), t.selection("devices"))
     t.done()
+    t = cols.table("rdma_qp")
+    rdma_qp = RdmaQpConfig(t.bool_("enabled", True), t.num("interval_s", 1.0),
+                           t.int_("top_n", 20, minimum=0, maximum=10000),
+                           t.selection("devices"))
+    t.done()
     cols.done()
 
     targets: list[SnmpTarget] = []
@@ -359,7 +366,7 @@ def parse_config(data: dict[str, Any]) -> Config:
             alarms.append(a)
     root.done()
     return Config(daemon, netdev, ethtool, rdma, dcb, tuple(targets), watchdog, capture,
-                  tuple(alarms))
+                  tuple(alarms), rdma_qp)
 
 
 def load_config(path: str) -> Config:

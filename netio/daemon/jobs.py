@@ -82,6 +82,16 @@ def _rdma(config: Config, host: Host) -> list[Job]:
     return [Job("rdma", build_collector(c, host.sysfs_root), c.interval_s, False)]
 
 
+def _rdma_qp(config: Config, host: Host) -> list[Job]:
+    """Per-QP state from RDMA netlink: the live kernel's (a fixture tree has none)."""
+    from netio.telemetry.rdma_qp import build_collector
+
+    c = config.rdma_qp
+    if not (c.enabled and host.live):
+        return []
+    return [Job("rdma_qp", build_collector(c), c.interval_s, False)]
+
+
 def _dcb(config: Config, host: Host) -> list[Job]:
     from netio.telemetry.dcb import build_collector
 
@@ -100,8 +110,8 @@ def _snmp(config: Config, host: Host) -> list[Job]:
 
 
 REGISTRY: Mapping[str, Factory] = {
-    "netdev": _netdev, "ethtool": _ethtool, "pfcwd": _pfcwd, "rdma": _rdma, "dcb": _dcb,
-    "snmp": _snmp,
+    "netdev": _netdev, "ethtool": _ethtool, "pfcwd": _pfcwd, "rdma": _rdma,
+    "rdma_qp": _rdma_qp, "dcb": _dcb, "snmp": _snmp,
 }
 
 

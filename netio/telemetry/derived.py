@@ -20,6 +20,7 @@ from netio.telemetry.profile import (
     InterfaceProfile,
     PriorityPause,
     RdmaPortProfile,
+    RdmaQpProfile,
     SwitchInterfaceProfile,
 )
 from netio.telemetry.rates import CounterRates
@@ -287,5 +288,30 @@ def build(collections: Mapping[str, Collection], derivation: Rates,
 
     active = tuple(ActiveStorm(d, di, p, since) for (d, di, p), since in sorted(storms.items()))
     profile = FabricProfile(SCHEMA_VERSION, host, now_unix_s, tuple(interfaces), tuple(ports),
-                            tuple(switches), active)
+                            tuple(switches), active, _qps(collections.get("rdma_qp")))
     return samples, profile
+
+
+def _opt_int(text: str) -> int | None:
+    return int(text) if text.isdigit() else None
+
+
+def _qps(col: Collection | None) -> tuple[RdmaQpProfile, ...]:
+    """The profile's QPs from the per-QP collection (its top-N series)."""
+    if col is None:
+        return ()
+    psn = _values(col, m.RDMA_QP_PSN.name)
+    rate = _values(col, m.RDMA_QP_PSN_RATE.name)
+    counters: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+    for (dev, qpn, name), v in _values(col, m.RDMA_QP_COUNTER.name).items():
+        counters[(dev, qpn)][name] = v
+    out = []
+    for labels in _values(col, m.RDMA_QP_INFO.name):
+        dev, qpn, port, qtype, state, peer, local, remote, owner = labels
+        sq, rq = psn.get((dev, qpn, "sq")), psn.get((dev, qpn, "rq"))
+        out.append(RdmaQpProfile(
+            dev, int(qpn), _opt_int(port), qtype, state, _opt_int(peer), local or None,
+            remote or None, None if sq is None else int(sq), None if rq is None else int(rq),
+            rate.get((dev, qpn, "sq")), rate.get((dev, qpn, "rq")), owner,
+            counters.get((dev, qpn), {})))
+    return tuple(out)

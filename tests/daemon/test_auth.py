@@ -48,7 +48,7 @@ def test_unknown_user_takes_as_long_as_a_known_user_with_a_wrong_password() -> N
 
     async def run() -> tuple[list[float], list[float]]:
         known, unknown = [], []
-        for _ in range(5):  # interleaved, so that load on the machine hits both alike
+        for _ in range(7):  # interleaved, so that load on the machine hits both alike
             known.append(await timed(WRONG))
             unknown.append(await timed(UNKNOWN))
         return known, unknown
@@ -56,9 +56,10 @@ def test_unknown_user_takes_as_long_as_a_known_user_with_a_wrong_password() -> N
     known, unknown = asyncio.run(run())
     auth.close()
     k, u = statistics.median(known), statistics.median(unknown)
-    # Both pay one bcrypt of the same cost (before: 6 ms against 100 ms).
-    assert u >= 0.6 * one and k >= 0.6 * one, (k, u, one)
-    assert 0.7 <= u / k <= 1.4, (k, u)
+    # Both pay one bcrypt of the same cost (before: 6 ms against 100 ms, 16x); the
+    # bounds leave room for a loaded machine, not for a path without bcrypt.
+    assert u >= 0.5 * one and k >= 0.5 * one, (k, u, one)
+    assert 0.5 <= u / k <= 2.0, (k, u)
 
 
 def test_good_credentials_pay_bcrypt_once(monkeypatch: pytest.MonkeyPatch) -> None:

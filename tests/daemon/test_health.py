@@ -128,7 +128,7 @@ def test_reload_that_removes_a_collector_removes_its_series(tmp_path: Path) -> N
 def test_nothing_enabled_is_not_ready_but_alive() -> None:
     cfg = parse_config({"daemon": {"listen": "127.0.0.1:0"},
                         "collectors": {n: {"enabled": False}
-                                       for n in ("netdev", "ethtool", "rdma", "dcb")}})
+                                       for n in ("netdev", "ethtool", "rdma", "rdma_qp", "dcb")}})
     assert build_jobs(cfg) == []
     with running_daemon(cfg) as d:
         code, _h, body = http_get(d.port, "/healthz")
