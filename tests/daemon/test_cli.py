@@ -107,6 +107,8 @@ def _one_line_error(err: str) -> str:
     ('[daemon]\nsysfs_root = "/nonexistent/sys"\n', "daemon.sysfs_root", "not a directory"),
     ('[capture]\nenabled = true\ntcpdump_path = "/nonexistent/tcpdump"\n',
      "capture.tcpdump_path", "not an executable"),
+    ('[[alarm]]\nname = "cnp"\nmetric = "netio_rdma_cnp_total"\nrate_above = 1.0\n',
+     "alarm[0].metric", "known metrics: "),
 ])
 def test_bad_configuration_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                        toml: str, key: str, why: str) -> None:

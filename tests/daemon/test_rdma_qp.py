@@ -82,6 +82,13 @@ def fake(sq: int, extra_sq: int = 0) -> FakeSocket:
         NLDEV_TYPE(11): [dev + a(30, a(31, u32(21, 19) + a(33, sockaddr_in("10.78.0.10", 4791))
                                            + a(34, sockaddr_in("10.78.0.11", 5000)),
                                        nested=True), nested=True)],
+        # STAT_GET, STAT_RES = RES_QP: one counter (id 1) bound to QP 17, with two
+        # hardware counters (STAT_HWCOUNTERS > HWCOUNTER_ENTRY {NAME, VALUE u64})
+        NLDEV_TYPE(17): [dev + a(77, a(78, u32(3, 1) + u32(79, 1) + a(80, (
+            a(81, s(82, "rx_read_requests") + a(83, struct.pack("=Q", 2**40)), nested=True)
+            + a(81, s(82, "out_of_sequence") + a(83, struct.pack("=Q", 3)), nested=True)),
+            nested=True) + a(19, a(20, u32(21, 17), nested=True), nested=True),
+            nested=True), nested=True)],
     })
 
 
@@ -110,6 +117,9 @@ def test_qps_decoded_ranked_and_bounded() -> None:
     rate17 = v[(m.RDMA_QP_PSN_RATE.name, ("rxe0", "17", "sq"))]
     rate19 = v[(m.RDMA_QP_PSN_RATE.name, ("rxe0", "19", "sq"))]
     assert rate17 / rate19 == pytest.approx(0x20 / 5)
+    assert v[(m.RDMA_QP_COUNTER.name, ("rxe0", "17", "rx_read_requests"))] == 2**40
+    assert v[(m.RDMA_QP_COUNTER.name, ("rxe0", "17", "out_of_sequence"))] == 3
+    assert not [k for k in v if k[0] == m.RDMA_QP_COUNTER.name and k[1][1] != "17"]
     assert psn_advance(0xFFFFF0, 0x10) == 0x20
 
 
@@ -122,6 +132,7 @@ def test_qps_in_the_profile_joinable_by_qpn() -> None:
     assert qps[17]["peer_qpn"] == 18 and qps[17]["type"] == "RC" and qps[17]["port"] == 1
     assert qps[19]["peer_address"] == "10.78.0.11:5000"
     assert qps[1]["peer_qpn"] is None
+    assert qps[17]["counters"] == {"rx_read_requests": 2**40, "out_of_sequence": 3}
 
 
 def test_a_kernel_without_rdma_is_no_fault() -> None:
