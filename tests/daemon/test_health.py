@@ -30,6 +30,7 @@ from netio.daemon.jobs import REGISTRY, Job, build_jobs
 from netio.errors import ConfigError
 from netio.telemetry import metrics as m
 from netio.telemetry.sample import Collection, Fault, Sample
+from netio.telemetry.selection import Selection
 
 S = 1_000_000_000
 
@@ -290,3 +291,45 @@ def test_collectors_come_from_the_registry(mlx5_host: Mlx5Host) -> None:
     assert names == ["netdev", "ethtool", "pfcwd", "rdma"]
     only = {"rdma": REGISTRY["rdma"]}
     assert [j.name for j in build_jobs(cfg, only)] == ["rdma"]
+
+
+def test_pfc_counter_poll_reads_only_what_the_watchdog_needs(mlx5_host: Mlx5Host) -> None:
+    from netio.telemetry.ethtool import EthtoolTextSource, PfcCounterCollector
+
+    h = mlx5_host
+    (h.ethtool_dir / "eth9.txt").write_text("NIC statistics:\n     rx_queue_0_packets: 5\n")
+    h.eth["ens0f0np0"].update(rx_prio3_pause=7, rx_prio3_pause_duration=2500,
+                              tx_prio3_packets=11)
+    h.write()
+
+    class Counting(EthtoolTextSource):
+        def __init__(self, root: str) -> None:
+            super().__init__(root)
+            self.read: list[str] = []
+
+        def statistics(self, ifname: str) -> list[tuple[str, int]]:
+            self.read.append(ifname)
+            return super().statistics(ifname)
+
+    src = Counting(str(h.ethtool_dir))
+    col = PfcCounterCollector(src)
+    first = col.collect()
+    assert sorted(src.read) == ["ens0f0np0", "eth9"]  # the rescan lists every interface
+    names = {s.spec.name for s in first.samples}
+    # the watched metrics only: pause frames, pause duration, per-priority packets
+    assert names == {m.PFC_PAUSE_FRAMES.name, m.PFC_PAUSE_DURATION.name,
+                     m.NIC_PRIO_PACKETS.name}
+    v = {s.key: s.value for s in first.samples}
+    assert v[(m.PFC_PAUSE_FRAMES.name, ("ens0f0np0", "rx", "3"))] == 7
+    assert v[(m.PFC_PAUSE_DURATION.name, ("ens0f0np0", "rx", "3"))] == pytest.approx(0.0025)
+    # 8 priorities x 2 directions x (frames, duration, packets); no byte counters etc.
+    assert len(first.samples) == 48
+    src.read.clear()
+    col.collect()
+    assert src.read == ["ens0f0np0"]  # between rescans, only interfaces with PFC counters
+    assert col.idle_s() == 0.0
+    # a host with no PFC counters at all is not polled until the next rescan
+    only_virtual = Counting(str(h.ethtool_dir))
+    bare = PfcCounterCollector(only_virtual, interfaces=Selection(("eth9",)))
+    assert bare.collect().samples == ()
+    assert 9.0 < bare.idle_s() <= 10.0
