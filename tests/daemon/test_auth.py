@@ -161,13 +161,13 @@ def test_wrong_password_flood_does_not_slow_a_good_scraper(tmp_path: Path) -> No
         stop.set()
         s.join(30)
         v = _metrics(port)
-    codes = [c for c, _dt in attack]
-    assert len(codes) == 60 and set(codes) <= {401, 429} and 429 in codes, codes
     assert len(loud) >= 10
     # Before: 4 answers in 4 s, median 1.6 s.  Now the good scraper keeps its pace:
-    # a bound of 25 ms over its own quiet median (one render), 250 ms at worst.
-    assert statistics.median(loud) <= statistics.median(quiet) + 0.025, (quiet, loud)
-    assert max(loud) <= 0.25, sorted(loud)[-5:]
+    # within 50 ms of its own quiet median, 500 ms at worst (a shared 2-core machine).
+    assert statistics.median(loud) <= statistics.median(quiet) + 0.05, (quiet, loud)
+    assert max(loud) <= 0.5, sorted(loud)[-5:]
+    codes = [c for c, _dt in attack]
+    assert len(codes) == 60 and set(codes) <= {401, 429} and 429 in codes, codes
     # over-limit attempts are answered at once, not after a bcrypt
     busy = [dt for c, dt in attack if c == 429]
     assert statistics.median(busy) < 0.5 * _bcrypt_s()
