@@ -73,6 +73,8 @@ class Scheduler:
                 next_at = now + job.interval_s - (now - next_at) % job.interval_s
             if idle is not None:
                 next_at = max(next_at, now + idle())
+                # staleness is judged against the pause actually taken
+                self.health.get(job.name).interval_s = max(job.interval_s, next_at - now)
             await asyncio.sleep(next_at - now)
 
     async def run_once(self, job: Job, generation: int | None = None) -> None:

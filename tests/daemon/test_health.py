@@ -333,3 +333,32 @@ def test_pfc_counter_poll_reads_only_what_the_watchdog_needs(mlx5_host: Mlx5Host
     bare = PfcCounterCollector(only_virtual, interfaces=Selection(("eth9",)))
     assert bare.collect().samples == ()
     assert 9.0 < bare.idle_s() <= 10.0
+
+
+class Idle:
+    """A collector that asks for a longer pause (as the PFC counter poll does on a
+    host without PFC counters)."""
+
+    name = "idle"
+
+    def __init__(self) -> None:
+        self.runs = 0
+
+    def idle_s(self) -> float:
+        return 0.6
+
+    def collect(self) -> Collection:
+        self.runs += 1
+        return Collection(self.name, (), (), time.time_ns())
+
+
+def test_a_collector_that_idles_is_judged_by_the_pause_it_takes() -> None:
+    cfg = parse_config({"daemon": {"listen": "127.0.0.1:0", "collector_timeout_s": 0.05}})
+    idle = Idle()
+    with running_daemon(cfg, lambda c: [Job("idle", idle, 0.05, False)]) as d:
+        wait_for(lambda: idle.runs >= 2, timeout=5)
+        assert 0.55 <= d.health["idle"].interval_s <= 0.6
+        time.sleep(0.4)  # longer than 3 x 0.05 s, shorter than 3 x 0.6 s
+        code, _h, body = http_get(d.port, "/healthz")
+        assert code == 200 and json.loads(body)["status"] == "ok", body
+    assert idle.runs <= 4  # about one run per 0.6 s, not one per 0.05 s
