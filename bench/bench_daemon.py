@@ -137,12 +137,12 @@ def cpu_windows(pid: int, windows: int, seconds: float,
     return out
 
 
-def describe(ws: list[tuple[float, float, float]], seconds: float) -> str:
+def describe(ws: list[tuple[float, float, float]], seconds: float, per: str = "poll") -> str:
     frac = statistics.median(w[0] for w in ws)
     per_poll = statistics.median(w[1] for w in ws)
     each = " / ".join(f"{w[0] * 100:.2f}{'' if w[2] else '*'}" for w in ws)
     note = "" if all(w[2] for w in ws) else " (* a thread exited: 10 ms clock ticks)"
-    return (f"median {frac * 100:.2f} % of one core = {per_poll:.2f} ms per poll, over "
+    return (f"median {frac * 100:.2f} % of one core = {per_poll:.2f} ms per {per}, over "
             f"{len(ws)} windows of {seconds:g} s: {each} %{note}")
 
 
@@ -257,7 +257,7 @@ def idle_mode(args: argparse.Namespace) -> int:
             time.sleep(3.0)
             ws = cpu_windows(p.pid, args.windows, args.seconds)
             print(f"netio-daemon idle, {label} (collectors: {', '.join(names)}): "
-                  f"{describe(ws, args.seconds)}", flush=True)
+                  f"{describe(ws, args.seconds, 'second')}", flush=True)
             results.append(statistics.median(w[0] for w in ws))
             p.terminate()
             p.wait(10)

@@ -76,6 +76,8 @@ QP_TYPES = {0: "SMI", 1: "GSI", 2: "RC", 3: "UC", 4: "UD", 5: "RAW_IPV6",
 QP_STATES = {0: "RESET", 1: "INIT", 2: "RTR", 3: "RTS", 4: "SQD", 5: "SQE", 6: "ERR"}
 PSN_MODULO = 1 << 24  # IBTA vol. 1, 9.7.1: PSNs are 24 bits
 DEFAULT_TOP_N = 20
+# A host without RDMA devices (or without RDMA in its kernel) is looked at again this often.
+NO_DEVICE_RECHECK_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,20 +262,28 @@ class RdmaQpCollector:
         self.devices = devices
         # (device, qpn) -> (monotonic ns, sq psn, rq psn) of the previous poll
         self._last: dict[tuple[str, int], tuple[int, int | None, int | None]] = {}
+        self._no_device = False
 
     def close(self) -> None:
         self.client.close()
+
+    def idle_s(self) -> float:
+        """The scheduler's extra pause: none while there are RDMA devices."""
+        return NO_DEVICE_RECHECK_S if self._no_device else 0.0
 
     def poll(self) -> tuple[list[tuple[Qp, float | None, float | None]], list[Fault]]:
         """Every QP with its send and receive PSN advance per second (None on its
         first poll), and the faults."""
         faults: list[Fault] = []
+        self._no_device = False
         try:
             devs = self.client.devices()
         except OSError as e:
             if e.errno in (errno.EPROTONOSUPPORT, errno.EAFNOSUPPORT):
+                self._no_device = True
                 return [], []  # a kernel without RDMA: no devices, as in sysfs
             return [], [Fault(self.name, "unreadable", "rdma netlink", str(e))]
+        self._no_device = not devs
         now = time.monotonic_ns()
         out: list[tuple[Qp, float | None, float | None]] = []
         last: dict[tuple[str, int], tuple[int, int | None, int | None]] = {}

@@ -96,6 +96,7 @@ def test_qps_decoded_ranked_and_bounded() -> None:
     sock = fake(sq=0xFFFFF0)
     col = RdmaQpCollector(RdmaNetlinkClient(lambda: sock), top_n=2)  # type: ignore[arg-type,return-value]
     first = col.poll()[0]
+    assert col.idle_s() == 0.0
     by = {q.qpn: (q, sr, rr) for q, sr, rr in first}
     gsi, rc, cm = by[1][0], by[17][0], by[19][0]
     assert (gsi.type, gsi.owner, gsi.peer_qpn) == ("GSI", "ib_core", None)
@@ -137,8 +138,10 @@ def test_qps_in_the_profile_joinable_by_qpn() -> None:
 
 def test_a_kernel_without_rdma_is_no_fault() -> None:
     # This host's kernel has no RDMA (NETLINK_RDMA is refused): no QPs, no fault.
-    col = RdmaQpCollector().collect()
+    qp = RdmaQpCollector()
+    col = qp.collect()
     assert col.faults == () and col.samples == ()
+    assert qp.idle_s() == 10.0  # looked at again every 10 s, not every second
 
 
 def test_config_section() -> None:
