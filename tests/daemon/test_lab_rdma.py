@@ -67,15 +67,21 @@ def test_rdma_collector_matches_kernel_hw_counters(daemon_lab: dict[str, object]
     assert isinstance(guests, list)
     g0 = guests[0]
     ip0, gid = g0["ip"], g0.get("gid_index", 1)
+    # exec: the recorded pid is the program's, so that the kill below ends it (its QP
+    # must not be there for the per-QP tests that follow)
     lab("run", "g0", "--bg", "--bg-name", "srv",
-        f"ibv_rc_pingpong -d rxe0 -g {gid} -s 1024 -n 20000")
+        f"exec ibv_rc_pingpong -d rxe0 -g {gid} -s 1024 -n 20000 -p 18601")
     lab("run", "g1", "--bg", "--bg-name", "cli",
-        f"sleep 1; ibv_rc_pingpong -d rxe0 -g {gid} -s 1024 -n 20000 {ip0}")
+        f"sleep 1; exec ibv_rc_pingpong -d rxe0 -g {gid} -s 1024 -n 20000 -p 18601 {ip0}")
     code = tmp_path / "guest.py"
     code.write_text(GUEST_CODE)
-    out = lab("run", "g0", "-t", "180", "--stdin", str(code),
-              f"sleep 3; cd {REPO} && PYTHONDONTWRITEBYTECODE=1 "
-              f"RXELAB_PYTHON_SITEDIRS={SITE} python3 -", timeout=240)
+    try:
+        out = lab("run", "g0", "-t", "180", "--stdin", str(code),
+                  f"sleep 3; cd {REPO} && PYTHONDONTWRITEBYTECODE=1 "
+                  f"RXELAB_PYTHON_SITEDIRS={SITE} python3 -", timeout=240)
+    finally:
+        for g, name in (("g1", "cli"), ("g0", "srv")):
+            lab("run", g, f"kill $(cat /tmp/{name}.pid) 2>/dev/null; true")
     line = next(x for x in out.splitlines() if x.startswith("JSON="))
     doc = json.loads(line[5:])
     assert doc["faults"] == []
@@ -113,7 +119,7 @@ def rdma(*args):
     return json.loads(subprocess.run(["rdma", "-j", *args], capture_output=True, text=True,
                                      check=True).stdout)
 
-end = time.time() + 120
+end = time.time() + 75
 while time.time() < end:  # until the traffic's QPs exist and are connected
     # connected: RTS, or RTR for a QP that only receives (ib_write_bw's server side)
     qps = [q for q in client.qps(index, dev) if q.type == "RC" and q.state in ("RTR", "RTS")]
@@ -121,6 +127,12 @@ while time.time() < end:  # until the traffic's QPs exist and are connected
         break
     time.sleep(0.5)
 col = RdmaQpCollector(client, top_n=want_rc)
+while time.time() < end:  # until traffic moves on every one of them
+    time.sleep(1.0)
+    moving = [q for q, sq, rq in col.poll()[0]
+              if q.type == "RC" and (sq or 0) + (rq or 0) > 0]
+    if len(moving) >= want_rc:
+        break
 col.collect()
 out = {"rounds": []}
 for _ in range(3):
@@ -197,9 +209,9 @@ def test_per_qp_telemetry_matches_rdma_tool_during_pingpong(daemon_lab: dict[str
     ip0, gid = guests[0]["ip"], guests[0].get("gid_index", 1)
     # exec: the recorded pid is the program's, so that the kill below ends it
     lab("run", "g0", "--bg", "--bg-name", "qsrv",
-        f"exec ibv_rc_pingpong -d rxe0 -g {gid} -s 64 -n 1000000")
+        f"exec ibv_rc_pingpong -d rxe0 -g {gid} -s 64 -n 1000000 -p 18602")
     lab("run", "g1", "--bg", "--bg-name", "qcli",
-        f"sleep 1; exec ibv_rc_pingpong -d rxe0 -g {gid} -s 64 -n 1000000 {ip0}")
+        f"sleep 1; exec ibv_rc_pingpong -d rxe0 -g {gid} -s 64 -n 1000000 -p 18602 {ip0}")
     try:
         doc = _run_qp_guest(tmp_path, 1)
     finally:
@@ -216,12 +228,18 @@ def test_per_qp_telemetry_matches_rdma_tool_during_write_bw_q4(daemon_lab: dict[
     assert isinstance(guests, list)
     ip0, gid = guests[0]["ip"], guests[0].get("gid_index", 1)
     lab("run", "g0", "--bg", "--bg-name", "bwsrv",
-        f"exec ib_write_bw -d rxe0 -x {gid} -q 4 -s 4096 -D 60")
+        f"exec ib_write_bw -d rxe0 -x {gid} -q 4 -s 4096 -D 90 -p 18603")
+    # the client retries until the server listens (a loaded TCG guest starts slowly)
     lab("run", "g1", "--bg", "--bg-name", "bwcli",
-        f"sleep 2; exec ib_write_bw -d rxe0 -x {gid} -q 4 -s 4096 -D 60 {ip0}")
+        f"for i in 1 2 3 4 5 6 7 8 9 10; do sleep 2; "
+        f"ib_write_bw -d rxe0 -x {gid} -q 4 -s 4096 -D 90 -p 18603 {ip0} && break; done")
     try:
         doc = _run_qp_guest(tmp_path, 4)
-    finally:
-        for g, name in (("g1", "bwcli"), ("g0", "bwsrv")):
-            lab("run", g, f"kill $(cat /tmp/{name}.pid) 2>/dev/null; true")
-    _check_qps_against_rdma_tool(doc, 4)
+    finally:  # the client's retry loop ends with the lab (the last test of the module)
+        logs = lab("run", "g0", "tail -4 /tmp/bwsrv.log") \
+            + lab("run", "g1", "tail -4 /tmp/bwcli.log")
+        lab("run", "g0", "kill $(cat /tmp/bwsrv.pid) 2>/dev/null; true")
+    try:
+        _check_qps_against_rdma_tool(doc, 4)
+    except AssertionError as e:  # say whether perftest itself got going
+        raise AssertionError(f"{e}\nperftest logs:\n{logs}") from None
