@@ -228,11 +228,12 @@ def test_per_qp_telemetry_matches_rdma_tool_during_write_bw_q4(daemon_lab: dict[
     assert isinstance(guests, list)
     ip0, gid = guests[0]["ip"], guests[0].get("gid_index", 1)
     lab("run", "g0", "--bg", "--bg-name", "bwsrv",
-        f"exec ib_write_bw -d rxe0 -x {gid} -q 4 -s 4096 -D 90 -p 18603")
-    # the client retries until the server listens (a loaded TCG guest starts slowly)
+        f"exec ib_write_bw -d rxe0 -x {gid} -q 4 -s 4096 -D 90 -u 20 -p 18603")
+    # the client retries until the server listens (a loaded TCG guest starts slowly);
+    # -u 20: a 4 s local ACK timeout, so that TCG's stalls do not exhaust RC retries
     lab("run", "g1", "--bg", "--bg-name", "bwcli",
         f"for i in 1 2 3 4 5 6 7 8 9 10; do sleep 2; "
-        f"ib_write_bw -d rxe0 -x {gid} -q 4 -s 4096 -D 90 -p 18603 {ip0} && break; done")
+        f"ib_write_bw -d rxe0 -x {gid} -q 4 -s 4096 -D 90 -u 20 -p 18603 {ip0} && break; done")
     try:
         doc = _run_qp_guest(tmp_path, 4)
     finally:  # the client's retry loop ends with the lab (the last test of the module)
