@@ -162,7 +162,8 @@ def test_snmp_real_agent_down_and_back(tmp_path: Path) -> None:
             # and its last success stays where it was: an alert on its age fires
             assert metrics()[last_ok] == frozen
             leaf = doc["collectors"]["snmp:leaf1"]
-            assert leaf["up"] is False and leaf["last_success_age_s"] >= 1.0
+            assert leaf["up"] is False
+            assert leaf["last_success_age_s"] == pytest.approx(time.time() - frozen, abs=0.5)
             # and it comes back
             agent.start()
             wait_for(lambda: metrics().get(("netio_switch_up", (("target", "leaf1"),))) == 1,
