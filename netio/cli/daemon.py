@@ -1,5 +1,5 @@
 """``netio-daemon``: the host/switch telemetry exporter (Prometheus /metrics,
-/healthz, /api/profile, /api/captures).
+/healthz readiness, /livez liveness, /api/profile, /api/captures).
 
     netio-daemon --config /etc/netio/netio-daemon.toml
     netio-daemon --check-config --config FILE      # validate and exit
