@@ -106,5 +106,5 @@ def test_port_in_use_is_one_clear_line(tmp_path: Path) -> None:
                             f"127.0.0.1:{port}", "--sysfs-root", str(tmp_path)],
                            capture_output=True, text=True, timeout=60,
                            env={**os.environ, "PYTHONWARNINGS": "ignore"})
-    assert r.returncode == 1
+    assert r.returncode == 4  # ExitCode.FAILED
     assert f"cannot listen on 127.0.0.1:{port}" in r.stderr and "Traceback" not in r.stderr
