@@ -962,7 +962,8 @@ class _PerftestRun:
         how = f"sent {said[:16]!r} on" if said else "closed"
         raise ExchangeError("perftest", f"the peer {how} the exchange connection during the "
                                         f"{what}, where perftest sends nothing: it failed, or "
-                                        f"runs another test or mode than {self.peer.name}")
+                                        f"runs another test or mode than {self.peer.name} (UD, "
+                                        "duplex -b, another -a, -n or -s)")
 
     async def _wait(self, pending: Pending[Completion], what: str, done: int) -> Completion:
         try:
