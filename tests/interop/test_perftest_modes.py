@@ -135,15 +135,20 @@ def test_latency_statistics_follow_print_report_lat() -> None:
         latency_report(2, posted[:3], 1)
 
 
-def test_all_sizes_write() -> None:
-    """-a: every size 2 .. 8 MiB in turn; the server shows the client's last report."""
-    base = dict(verb=PerftestVerb.WRITE, iters=2, tx_depth=4, mtu_bytes=4096, timeout_s=60.0,
+@pytest.mark.parametrize("verb", [PerftestVerb.WRITE, PerftestVerb.READ, PerftestVerb.SEND])
+def test_all_sizes_bandwidth(verb: PerftestVerb) -> None:
+    """-a: every size 2 .. 8 MiB in turn; a WRITE/READ server shows the client's last
+    report, a SEND server measures every size (a hand shake after each)."""
+    base = dict(verb=verb, iters=2, tx_depth=4, mtu_bytes=4096, timeout_s=60.0,
                 all_sizes=True)
     served, ran = asyncio.run(_pair(base, base))
     server, client = _ok(served), _ok(ran)
     assert [r.size_bytes for r in client.reports] == list(ALL_SIZES_BYTES)
-    assert server.peer_report == client.reports[-1]
     assert client.reports[-1].size_bytes == 8388608
+    if verb is PerftestVerb.SEND:
+        assert [r.size_bytes for r in server.reports] == list(ALL_SIZES_BYTES)
+    else:
+        assert server.peer_report == client.reports[-1]
 
 
 def test_all_sizes_send_lat_small() -> None:
