@@ -448,6 +448,10 @@ DEFAULT_LAT_SIZE_BYTES = 2  # DEF_SIZE_LAT
 #: How long a latency side waits for the peer to close the connection at the end (its
 #: last operation must be acknowledged before netio's endpoint goes).
 LINGER_S = 3.0
+#: What netio's announced buffer holds before a write_bw peer WRITEs there (perftest's
+#: own buffers are zeros, ``create_single_mr``): a duplex (``-b``) write_bw peer is told
+#: apart by where its WRITEs land, as its exchange is the same as a one-way peer's.
+WRITE_SENTINEL = 0xA5
 
 
 class AtomicType(enum.StrEnum):
@@ -773,6 +777,9 @@ class _PerftestRun:
         region = ctx.register(buf, Access.LOCAL_WRITE | Access.REMOTE_WRITE
                               | Access.REMOTE_READ | Access.REMOTE_ATOMIC)
         self.buf, self.region = buf, region
+        self.watch_writes = self.verb is PerftestVerb.WRITE and not cfg.latency
+        if self.watch_writes:
+            buf[nq * self.stride:] = bytes([WRITE_SENTINEL]) * (nq * self.stride)
         out_reads = cfg.offered_out_reads
         mine: list[PerftestKeys] = []
         for i in range(nq):
@@ -909,9 +916,20 @@ class _PerftestRun:
                 reports.append(last)
             await self._hs(0, repeat=True, what="closing hand shake")
             peer_report = await ch.exchange_reports(last, prompt=True)
+            if self.watch_writes and any(self._written(qp) for qp in range(cfg.qps)):
+                raise ExchangeError("perftest", "the server WROTE into netio's buffer after "
+                                                "netio's run: a duplex (-b) ib_write_bw server; "
+                                                "netio runs the one-way test")
         else:
             # perftest's WRITE/READ/ATOMIC server only waits, then shows the client's report
             await self._hs(0, repeat=True, prompt=False, what="hand shake at the client's end")
+            silent = [qp for qp in range(cfg.qps) if self.watch_writes and not self._written(qp)]
+            if silent:
+                raise ExchangeError("perftest", f"the client ended its run with no WRITE in "
+                                                f"netio's buffer of QP #{silent[0] + 1}: a "
+                                                "duplex (-b) ib_write_bw client (it "
+                                                "synchronises before its run; netio runs the "
+                                                "one-way test), or another test")
             mine = BwReport(cfg.sizes[-1], cfg.iters * cfg.qps, 0.0, 0.0, 0.0)
             peer_report = await ch.exchange_reports(mine, prompt=True)
             self._check_peer_report(peer_report)
@@ -919,6 +937,12 @@ class _PerftestRun:
             reports.append(mine)
         await ch.close(self.mine[0], prompt=True)
         return reports[-1], peer_report, reports
+
+    def _written(self, qp: int) -> bool:
+        """Whether a WRITE reached the first bytes netio announced for QP ``qp``."""
+        start = (self.config.qps + qp) * self.stride
+        probe = min(self.config.sizes[0], 8)
+        return bytes(self.buf[start:start + probe]) != bytes([WRITE_SENTINEL]) * probe
 
     def _check_peer_report(self, theirs: BwReport) -> None:
         want = self.config.sizes[-1]

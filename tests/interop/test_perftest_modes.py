@@ -227,14 +227,22 @@ def _keys(qpn: int, **fields: Any) -> bytes:
     return PerftestKeys(**values).encode()
 
 
-def test_duplex_peer_is_named() -> None:
-    """ib_write_bw -b: after its run the client exchanges reports without the closing hand
-    shake, so netio's server gets a binary size where keys are due."""
+def test_duplex_write_client_is_named() -> None:
+    """ib_write_bw -b: the client's extra hand shake before its run stands where a one-way
+    client ends its run, so no WRITE has reached netio's buffer there."""
     k = _keys(0x11)
-    err = asyncio.run(_netio_server_against([k, k, k, struct.pack(">Q", 1000)
-                                             + bytes(100)]))
+    err = asyncio.run(_netio_server_against([k, k, k, k]))
+    assert "no WRITE in netio's buffer of QP #1" in str(err) and "duplex (-b)" in str(err)
+
+
+def test_binary_data_where_keys_are_due_is_named() -> None:
+    """A peer whose sequence has a report where netio expects a hand shake (a duplex
+    send_bw client after its run) is named by the first bytes that cannot be keys."""
+    k = _keys(0x11)
+    err = asyncio.run(_netio_server_against([k, k, k, struct.pack(">Q", 1000) + bytes(100)],
+                                            verb=PerftestVerb.READ))
     assert err.step == "perftest hand shake at the client's end"
-    assert "where its 108-byte keys were due" in str(err) and "duplex -b" in str(err)
+    assert "where its 108-byte keys were due (byte 0)" in str(err)
 
 
 def test_multicast_and_xrc_peers_are_named() -> None:
@@ -254,14 +262,14 @@ def test_keys_where_a_report_is_due_are_named() -> None:
     """A client whose sequence has one more hand shake (a latency client) sends keys
     where netio's bandwidth server expects the report."""
     k = _keys(0x11)
-    err = asyncio.run(_netio_server_against([k, k, k, k, k[:8]]))
+    err = asyncio.run(_netio_server_against([k, k, k, k, k[:8]], verb=PerftestVerb.READ))
     assert err.step == "perftest report" and "keys" in str(err)
 
 
 def test_report_for_another_size_is_named() -> None:
     k = _keys(0x11)
     report = [struct.pack(">Q", 4096), struct.pack(">Q", 10), *(struct.pack(">d", 1.0),) * 3]
-    err = asyncio.run(_netio_server_against([k, k, k, k, *report]))
+    err = asyncio.run(_netio_server_against([k, k, k, k, *report], verb=PerftestVerb.READ))
     assert err.step == "perftest report" and "4096-byte" in str(err)
 
 
