@@ -7,7 +7,7 @@
 
 Without HOST netio is the server and waits for perftest's client; with HOST it
 connects to perftest's server. Options mean what perftest's do (``-s``, ``-n``,
-``-t``, ``-r``, ``-m``, ``-p``, ``-A``, ``-q``, ``-a``, ``-o``); ``-d``, ``-i``
+``-t``, ``-r``, ``-m``, ``-p``, ``-A``, ``-q``, ``-a``, ``-o``, ``-u``); ``-d``, ``-i``
 and ``-x`` choose the device, port and GID index with ``--backend verbs`` and
 are ignored otherwise; ``-F`` is accepted for copy-paste and ignored. Every step
 of the exchange and every wait for completions is bounded by ``--timeout``.
@@ -46,6 +46,7 @@ from netio.errors import ExchangeError
 from netio.interop.perftest import (
     DEFAULT_PORT,
     NETIO_OUT_READS,
+    QP_TIMEOUT,
     AtomicType,
     BwReport,
     LatReport,
@@ -106,6 +107,9 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
                         help="run every size 2 .. 8388608 bytes (both sides need -a)")
     parser.add_argument("-q", "--qp", type=int, default=1,
                         help="QPs, bandwidth tests (default 1; both sides need the same)")
+    parser.add_argument("-u", "--qp-timeout", type=int, default=QP_TIMEOUT,
+                        help="local ACK timeout, 4.096 us * 2**N, 1..31 (default "
+                             f"{QP_TIMEOUT}: 67 ms)")
     parser.add_argument("-o", "--outs", type=int, default=None,
                         help="outstanding READs/atomics offered to the peer, READ and "
                              f"atomic tests (default {NETIO_OUT_READS})")
@@ -204,6 +208,7 @@ def run(args: argparse.Namespace) -> int:
         verb, latency = TESTS[args.verb]
         config = PerftestConfig(
             verb=verb, latency=latency, qps=args.qp, all_sizes=args.all, out_reads=args.outs,
+            qp_timeout=args.qp_timeout,
             server=args.host, port=args.port, local_ip=args.bind,
             size_bytes=args.size, iters=args.iters, tx_depth=args.tx_depth,
             rx_depth=args.rx_depth, mtu_bytes=args.mtu,

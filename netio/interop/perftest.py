@@ -463,14 +463,15 @@ class AtomicType(enum.StrEnum):
 class PerftestConfig:
     """One perftest run (``server`` None = the server role).
 
-    The options mean what perftest's do (``-s``, ``-n``, ``-t`` tx depth,
-    ``-r`` rx depth, ``-m`` MTU, ``-p`` port, ``-A``, ``-q`` QPs, ``-a`` all sizes,
-    ``-o`` outstanding READs/atomics offered); ``latency`` picks ``ib_<verb>_lat``
-    instead of ``ib_<verb>_bw``. ``mtu_bytes`` is what netio offers; the smaller of
-    both sides' MTUs is used. ``timeout_s`` bounds every step: connecting, waiting for
-    the client, each exchange message, and each wait for completions. ``backend`` is
-    the netio backend; ``device`` and ``gid_index`` (perftest's ``-d``, ``-x``) choose
-    the verbs device. Both sides need the same test, ``-q``, ``-a`` and ``-s``."""
+    The options mean what perftest's do (``-s``, ``-n``, ``-t`` tx depth, ``-r`` rx
+    depth, ``-m`` MTU, ``-p`` port, ``-A``, ``-q`` QPs, ``-a`` all sizes, ``-o``
+    outstanding READs/atomics offered, ``-u`` QP timeout); ``latency`` picks
+    ``ib_<verb>_lat`` instead of ``ib_<verb>_bw``. ``mtu_bytes`` is what netio offers;
+    the smaller of both sides' MTUs is used. ``timeout_s`` bounds every step:
+    connecting, waiting for the client, each exchange message, and each wait for
+    completions. ``backend`` is the netio backend; ``device`` and ``gid_index``
+    (perftest's ``-d``, ``-x``) choose the verbs device. Both sides need the same test,
+    ``-q``, ``-a`` and ``-s``."""
 
     verb: PerftestVerb
     server: str | None = None
@@ -494,6 +495,7 @@ class PerftestConfig:
     qps: int = 1
     all_sizes: bool = False
     out_reads: int | None = None  # None: NETIO_OUT_READS (READ/atomic tests)
+    qp_timeout: int = QP_TIMEOUT  # -u: the local ACK timeout, 4.096 us * 2**qp_timeout
 
     def __post_init__(self) -> None:
         step = "perftest options"
@@ -506,6 +508,7 @@ class PerftestConfig:
         oob.check_range(step, "tx depth (-t)", self.tx_depth, 1, oob.MAX_QUEUE_DEPTH)
         oob.check_range(step, "rx depth (-r)", self.rx_depth, 1, oob.MAX_QUEUE_DEPTH)
         oob.check_range(step, "QPs (-q)", self.qps, 1, MAX_QPS)
+        oob.check_range(step, "QP timeout (-u)", self.qp_timeout, 1, 31)
         if self.out_reads is not None:
             oob.check_range(step, "outstanding reads (-o)", self.out_reads, 1, MAX_OUT_READS)
         if self.size_bytes is not None:
@@ -744,7 +747,7 @@ class _PerftestRun:
         ctx = tool_backend.open_context(
             cfg.backend, self.local_ip, timeout_s=cfg.timeout_s, rx_mode=cfg.rx_mode,
             faults=cfg.faults, fault_seed=cfg.fault_seed, device=cfg.device,
-            port=cfg.ib_port, gid_index=cfg.gid_index, mtu=mtu, ack_timeout=QP_TIMEOUT,
+            port=cfg.ib_port, gid_index=cfg.gid_index, mtu=mtu, ack_timeout=cfg.qp_timeout,
             retry_count=QP_RETRY_CNT, rnr_retry=QP_RNR_RETRY, min_rnr_timer=QP_MIN_RNR_TIMER,
             max_rd_atomic=max(out_reads, NETIO_OUT_READS))
         data_listener: Listener | None = None

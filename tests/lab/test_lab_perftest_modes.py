@@ -126,45 +126,41 @@ def test_netio_lat_client_against_server(lab1500, test: str) -> None:
 # -- -a ---------------------------------------------------------------------------------------
 
 
-# At IB MTU 1024 netio's soft backend sending 4 MiB and more to the emulated guest ends
-# with RETRY_EXC_ERR (the guest drops more than the retries recover); -a's large sizes
-# run at IB MTU 4096, a quarter of the packets.
+# -a runs sizes up to 8 MiB. In this lab (TCG guests sharing two cores) netio's soft
+# backend as the *requester* of 4 MiB and more (write_bw/write_lat -a WRITEs, read_bw/
+# read_lat -a READs) ends with RETRY_EXC_ERR at perftest's ACK timeout (-u 14: 67 ms):
+# the emulated guest stalls for longer. netio's client runs with perftest's own -u 20
+# (4.3 s); ib_write_bw -a's client against netio's server needs nothing.
 
 
-@pytest.mark.parametrize("test", ["write", "write_lat"])
-def test_all_sizes_client_against_netio_server(lab9000, test: str) -> None:
-    program = test if test.endswith("_lat") else f"{test}_bw"
-    guest = _guest(lab9000, program, f"-a -n {A_ITERS}", lab9000.host_ip)
-    netio = [test, "-a", "-n", str(A_ITERS), "--bind", lab9000.host_ip]
-    guest_rc, guest_out, netio_rc, netio_out = lab9000.netio_server_guest_client(
+def test_all_sizes_write_bw_client_against_netio_server(lab1500) -> None:
+    guest = _guest(lab1500, "write_bw", f"-a -n {A_ITERS}", lab1500.host_ip)
+    netio = ["write", "-a", "-n", str(A_ITERS), "--bind", lab1500.host_ip]
+    guest_rc, guest_out, netio_rc, netio_out = lab1500.netio_server_guest_client(
         NETIO, netio, guest, timeout_s=400)
     _ok(guest_rc, guest_out, netio_rc, netio_out)
     for size in A_SIZES:
-        if test == "write_lat":
-            _check_lat(guest_out, size, A_ITERS, "perftest")
-            _check_lat(netio_out, size, A_ITERS, "netio")
-        else:
-            assert _bw_lines(guest_out)[size][0] == A_ITERS, guest_out
-    if test == "write":  # the server shows the client's last report
-        assert _bw_lines(netio_out)[8388608] == _bw_lines(guest_out)[8388608]
+        assert _bw_lines(guest_out)[size][0] == A_ITERS, guest_out
+    # the server shows the client's last report (before netio had -a, 131072 B failed)
+    assert _bw_lines(netio_out)[8388608] == _bw_lines(guest_out)[8388608]
 
 
-@pytest.mark.parametrize("test", ["write", "write_lat"])
-def test_netio_all_sizes_client_against_server(lab9000, test: str) -> None:
+@pytest.mark.parametrize("test", ["write", "read_lat"])
+def test_netio_all_sizes_client_against_server(lab1500, test: str) -> None:
     program = test if test.endswith("_lat") else f"{test}_bw"
-    guest = _guest(lab9000, program, f"-a -n {A_ITERS}")
-    netio = [test, "-a", "-n", str(A_ITERS), "--bind", lab9000.host_ip, lab9000.guest.ip]
-    guest_rc, guest_out, netio_rc, netio_out = lab9000.guest_server_netio_client(
+    guest = _guest(lab1500, program, f"-a -n {A_ITERS}")
+    netio = [test, "-a", "-n", str(A_ITERS), "-u", "20", "--bind", lab1500.host_ip,
+             lab1500.guest.ip]
+    guest_rc, guest_out, netio_rc, netio_out = lab1500.guest_server_netio_client(
         NETIO, netio, guest, f"pfm-a-{test}", timeout_s=400)
     _ok(guest_rc, guest_out, netio_rc, netio_out)
     for size in A_SIZES:
-        if test == "write_lat":
+        if test == "read_lat":
             _check_lat(netio_out, size, A_ITERS, "netio")
-            _check_lat(guest_out, size, A_ITERS, "perftest")
         else:
             iters, bw = _bw_lines(netio_out)[size]
             assert iters == A_ITERS and bw > 0
-    if test == "write":
+    if test == "write":  # perftest's server prints netio's report of the last size
         assert _bw_lines(guest_out)[8388608][0] == A_ITERS
 
 
