@@ -18,7 +18,9 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 NETIO = "perftest"
 _BW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$", re.MULTILINE)
-_LAT = re.compile(r"^\s*(\d+)\s+(\d+)" + r"\s+([\d.]+)" * 7 + r"\s*$", re.MULTILINE)
+#: perftest prints t_stdev as -nan once a deviation passes 46340 us (its squares overflow
+#: an int); netio prints the deviation.
+_LAT = re.compile(r"^\s*(\d+)\s+(\d+)" + r"\s+(-?nan|[\d.]+)" * 7 + r"\s*$", re.MULTILINE)
 #: Sizes of an -a run checked in each output (the first, one in the middle, the last).
 A_SIZES = (2, 65536, 8388608)
 A_ITERS = 5
@@ -123,47 +125,6 @@ def test_netio_lat_client_against_server(lab1500, test: str) -> None:
         _check_lat(guest_out, 64, 50, "perftest")
 
 
-# -- -a ---------------------------------------------------------------------------------------
-
-
-# -a runs sizes up to 8 MiB. In this lab (TCG guests sharing two cores) netio's soft
-# backend as the *requester* of 4 MiB and more (write_bw/write_lat -a WRITEs, read_bw/
-# read_lat -a READs) ends with RETRY_EXC_ERR at perftest's ACK timeout (-u 14: 67 ms):
-# the emulated guest stalls for longer. netio's client runs with perftest's own -u 20
-# (4.3 s); ib_write_bw -a's client against netio's server needs nothing.
-
-
-def test_all_sizes_write_bw_client_against_netio_server(lab1500) -> None:
-    guest = _guest(lab1500, "write_bw", f"-a -n {A_ITERS}", lab1500.host_ip)
-    netio = ["write", "-a", "-n", str(A_ITERS), "--bind", lab1500.host_ip]
-    guest_rc, guest_out, netio_rc, netio_out = lab1500.netio_server_guest_client(
-        NETIO, netio, guest, timeout_s=400)
-    _ok(guest_rc, guest_out, netio_rc, netio_out)
-    for size in A_SIZES:
-        assert _bw_lines(guest_out)[size][0] == A_ITERS, guest_out
-    # the server shows the client's last report (before netio had -a, 131072 B failed)
-    assert _bw_lines(netio_out)[8388608] == _bw_lines(guest_out)[8388608]
-
-
-@pytest.mark.parametrize("test", ["write", "read_lat"])
-def test_netio_all_sizes_client_against_server(lab1500, test: str) -> None:
-    program = test if test.endswith("_lat") else f"{test}_bw"
-    guest = _guest(lab1500, program, f"-a -n {A_ITERS}")
-    netio = [test, "-a", "-n", str(A_ITERS), "-u", "20", "--bind", lab1500.host_ip,
-             lab1500.guest.ip]
-    guest_rc, guest_out, netio_rc, netio_out = lab1500.guest_server_netio_client(
-        NETIO, netio, guest, f"pfm-a-{test}", timeout_s=400)
-    _ok(guest_rc, guest_out, netio_rc, netio_out)
-    for size in A_SIZES:
-        if test == "read_lat":
-            _check_lat(netio_out, size, A_ITERS, "netio")
-        else:
-            iters, bw = _bw_lines(netio_out)[size]
-            assert iters == A_ITERS and bw > 0
-    if test == "write":  # perftest's server prints netio's report of the last size
-        assert _bw_lines(guest_out)[8388608][0] == A_ITERS
-
-
 # -- -o ---------------------------------------------------------------------------------------
 
 
@@ -191,10 +152,17 @@ def test_out_reads_both_ways(lab1500) -> None:
 def test_duplex_client_is_named(lab1500) -> None:
     guest = _guest(lab1500, "write_bw", "-b -s 4096 -n 100", lab1500.host_ip)
     netio = ["write", "-s", "4096", "-n", "100", "--timeout", "60", "--bind", lab1500.host_ip]
-    guest_rc, guest_out, netio_rc, netio_out = lab1500.netio_server_guest_client(
-        NETIO, netio, guest, timeout_s=120)
-    _one_error_line(netio_rc, netio_out, "duplex (-b)")
-    assert guest_rc != 137, guest_out  # perftest ended by itself, not killed
+    proc = lab1500.start_netio(NETIO, *netio)
+    try:
+        proc.wait_for("waiting for a client", timeout_s=30)
+        lab1500.start_bg(guest, "pfm-dupc")
+        netio_rc = proc.wait(timeout_s=120)
+    finally:
+        proc.kill()
+        # perftest's duplex client does not notice its peer leaving and would spin until
+        # killed (which can stall the emulated guest): end it now
+        lab1500.wait_bg("pfm-dupc", timeout_s=5)
+    _one_error_line(netio_rc, proc.output, "duplex (-b)")
 
 
 def test_duplex_server_is_named(lab1500) -> None:
@@ -215,3 +183,56 @@ def test_qp_count_mismatch_is_named(lab1500) -> None:
         NETIO, netio, guest, timeout_s=120)
     _one_error_line(netio_rc, netio_out, "-q 1")
     assert guest_rc != 0, guest_out
+
+
+# -- -a ---------------------------------------------------------------------------------------
+
+
+# These run last: after them the emulated guest has been seen to stop answering.
+# -a runs sizes up to 8 MiB. In this lab (TCG guests sharing two cores) netio's soft
+# backend as the *requester* of 4 MiB and more (write_bw/write_lat -a WRITEs, read_bw/
+# read_lat -a READs) ends with RETRY_EXC_ERR at perftest's ACK timeout (-u 14: 67 ms):
+# the emulated guest stalls for longer. netio's client runs with perftest's own -u 20
+# (4.3 s); ib_write_bw -a's client against netio's server needs nothing.
+
+
+def test_all_sizes_write_bw_client_against_netio_server(lab1500) -> None:
+    guest = _guest(lab1500, "write_bw", f"-a -n {A_ITERS}", lab1500.host_ip)
+    netio = ["write", "-a", "-n", str(A_ITERS), "--bind", lab1500.host_ip]
+    guest_rc, guest_out, netio_rc, netio_out = lab1500.netio_server_guest_client(
+        NETIO, netio, guest, timeout_s=400)
+    _ok(guest_rc, guest_out, netio_rc, netio_out)
+    for size in A_SIZES:
+        assert _bw_lines(guest_out)[size][0] == A_ITERS, guest_out
+    # the server shows the client's last report (before netio had -a, 131072 B failed)
+    assert _bw_lines(netio_out)[8388608] == _bw_lines(guest_out)[8388608]
+
+
+def test_all_sizes_write_lat_client_against_netio_server(lab1500) -> None:
+    guest = _guest(lab1500, "write_lat", f"-a -n {A_ITERS}", lab1500.host_ip)
+    netio = ["write_lat", "-a", "-n", str(A_ITERS), "-u", "20", "--bind", lab1500.host_ip]
+    guest_rc, guest_out, netio_rc, netio_out = lab1500.netio_server_guest_client(
+        NETIO, netio, guest, timeout_s=400)
+    _ok(guest_rc, guest_out, netio_rc, netio_out)
+    for size in A_SIZES:
+        _check_lat(guest_out, size, A_ITERS, "perftest")
+        _check_lat(netio_out, size, A_ITERS, "netio")
+
+
+@pytest.mark.parametrize("test", ["write", "read_lat"])
+def test_netio_all_sizes_client_against_server(lab1500, test: str) -> None:
+    program = test if test.endswith("_lat") else f"{test}_bw"
+    guest = _guest(lab1500, program, f"-a -n {A_ITERS}")
+    netio = [test, "-a", "-n", str(A_ITERS), "-u", "20", "--bind", lab1500.host_ip,
+             lab1500.guest.ip]
+    guest_rc, guest_out, netio_rc, netio_out = lab1500.guest_server_netio_client(
+        NETIO, netio, guest, f"pfm-a-{test}", timeout_s=400)
+    _ok(guest_rc, guest_out, netio_rc, netio_out)
+    for size in A_SIZES:
+        if test == "read_lat":
+            _check_lat(netio_out, size, A_ITERS, "netio")
+        else:
+            iters, bw = _bw_lines(netio_out)[size]
+            assert iters == A_ITERS and (bw > 0 or size < 65536), netio_out
+    if test == "write":  # perftest's server prints netio's report of the last size
+        assert _bw_lines(guest_out)[8388608][0] == A_ITERS
