@@ -263,3 +263,24 @@ class ModelInputError(NetioError, ValueError):
 class FabricProfileError(ModelInputError):
     """A netio fabric profile (``netio bench --profile``) is invalid; ``key`` and ``path``
     as for ModelInputError."""
+
+
+class VerbsError(IoError):
+    """A verbs call (``ibv_*``, through pyverbs) failed. ``call`` names it, ``errno`` is
+    the error number it returned (0 where rdma-core gave none)."""
+
+    def __init__(self, call: str, message: str, *, errno_value: int = 0,
+                 hint: str = "") -> None:
+        import errno as errno_mod
+        import os
+
+        self.call = call
+        self.errno = errno_value
+        code = (f" [{errno_mod.errorcode.get(errno_value, '?')} ({errno_value}): "
+                f"{os.strerror(errno_value)}]" if errno_value > 0 else "")
+        super().__init__(f"{call}: {message}{code}", hint=hint)
+
+
+class ClusterError(NetioError):
+    """The analysis cluster (``netio-analyze --dask-scheduler``) cannot be used: Dask is
+    not installed, or the scheduler cannot be reached."""

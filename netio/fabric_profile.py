@@ -29,10 +29,12 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from netio.errors import FabricProfileError
 
@@ -232,3 +234,23 @@ def profile_to_dict(profile: FabricProfile) -> dict[str, Any]:
         out["conditions"] = {"pause_fraction": c.pause_fraction, "cnp_per_s": c.cnp_per_s,
                              "retransmission_ratio": c.retransmission_ratio}
     return out
+
+
+def fit_alpha_beta(sizes: Sequence[float], times: Sequence[float]) -> tuple[float, float]:
+    """The link fit of this schema: least-squares ``(alpha, beta)`` of ``t = alpha + beta n``
+    on the *relative* error (each size weighs the same, whether it takes 2 us or 2 ms),
+    ``alpha = 0`` refit when noise makes it negative. ``netio bench --profile`` writes it
+    and ``netio-model calibrate`` refits it with this one function."""
+    n = np.asarray(sizes, dtype=np.float64)
+    t = np.asarray(times, dtype=np.float64)
+    if n.size < 2 or np.any(t <= 0) or np.unique(n).size < 2:
+        raise FabricProfileError("points", "need at least two sizes with positive latencies")
+    a = np.stack([1.0 / t, n / t], axis=1)
+    (alpha, beta), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
+    if alpha < 0.0 or beta <= 0.0:
+        x = n / t
+        alpha, beta = 0.0, float(np.sum(x) / np.sum(x * x))
+    if beta <= 0.0:
+        raise FabricProfileError("points", "latency does not grow with size: no bandwidth "
+                                 "to fit")
+    return float(alpha), float(beta)

@@ -15,7 +15,7 @@ import logging
 import socket
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "soft", "verbs", "tcp")
+CMS = ("netio", "rdma_cm")  # who sets connections up: netio's exchange or rdma_cm
 DEFAULT_ACCESS = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
 IB_MTUS = (256, 512, 1024, 2048, 4096)
 _CLOSE_S = 5.0
@@ -160,12 +161,28 @@ class Context:
 
     # -- connecting ----------------------------------------------------------------------
 
-    def connect(self, addr: str | tuple[str, int], *, timeout_s: float | None = None
-                ) -> Pending[Endpoint]:
-        """Connect to a netio listener at ``HOST:PORT``; the handle gives the endpoint."""
+    def connect(self, addr: str | tuple[str, int], *, timeout_s: float | None = None,
+                cm: str = "netio") -> Pending[Endpoint]:
+        """Connect to a netio listener at ``HOST:PORT``; the handle gives the endpoint.
+        ``cm="rdma_cm"`` (verbs backend) connects through rdma_cm instead of netio's own
+        exchange, to any rdma_cm listener (see :mod:`netio.backends.rdmacm`)."""
         self._check_open()
         host, port = _parse_addr(addr, "connect")
-        return self.runner.spawn(self._connect(host, port, timeout_s or self.options.timeout_s))
+        t = timeout_s or self.options.timeout_s
+        if self._use_rdma_cm(cm):
+            from netio.backends import rdmacm
+
+            return self.runner.spawn(rdmacm.connect(self, host, port, route_source_ip(host),
+                                                    t, self.options.mtu_bytes))
+        return self.runner.spawn(self._connect(host, port, t))
+
+    def _use_rdma_cm(self, cm: str) -> bool:
+        if cm not in CMS:
+            raise IoError(f"cm={cm!r} is not one of {', '.join(CMS)}")
+        if cm == "rdma_cm" and self.backend.name != "verbs":
+            raise IoError(f"cm='rdma_cm' needs the verbs backend; this context uses "
+                          f"{self.backend.name} (use cm='netio' there)")
+        return cm == "rdma_cm"
 
     async def _connect(self, host: str, port: int, timeout_s: float) -> Endpoint:
         peer = f"{host}:{port}"
@@ -222,6 +239,20 @@ class Context:
             return local.mtu_bytes
         return min(local.mtu_bytes, self.options.mtu_bytes)
 
+    def notifier(self) -> _Notify:
+        """The ``notify`` to create a backend QP with (it reaches the endpoint later)."""
+        return _Notify()
+
+    def adopt_endpoint(self, qp: BackendQp, notify: _Notify, local: QpAddress,
+                       remote: QpAddress, mtu: int, peer: str) -> Endpoint:
+        """The endpoint over a QP connected elsewhere (rdma_cm), owned by this context."""
+        path = Path(self.backend.describe(), local, remote, mtu, self.options.qp, peer)
+        ep = Endpoint(self, qp, path)
+        notify.target = ep.progress
+        self._endpoints.add(ep)
+        ep.progress()
+        return ep
+
     def _endpoint(self, qp: BackendQp, notify: _Notify, local: QpAddress, remote: QpAddress,
                   mtu: int, peer: str, reader: asyncio.StreamReader,
                   writer: asyncio.StreamWriter) -> Endpoint:
@@ -257,11 +288,26 @@ class Context:
         self._endpoints.add(ep)
         return ep
 
-    def listen(self, addr: str | tuple[str, int] = "0.0.0.0:0") -> Pending[Listener]:
-        """Listen for netio connections on ``HOST:PORT`` (port 0: any free port)."""
+    def listen(self, addr: str | tuple[str, int] = "0.0.0.0:0", *, cm: str = "netio"
+               ) -> Pending[Listener]:
+        """Listen for netio connections on ``HOST:PORT`` (port 0: any free port).
+        ``cm="rdma_cm"`` (verbs backend) accepts rdma_cm connections instead (a port must
+        be given)."""
         self._check_open()
         host, port = _parse_addr(addr, "listen")
+        if self._use_rdma_cm(cm):
+            return self.runner.spawn(self._cm_listen(host, port))
         return self.runner.spawn(self._listen(host, port))
+
+    async def _cm_listen(self, host: str, port: int) -> Listener:
+        from netio.backends import rdmacm
+
+        listener = Listener(self)
+        acceptor = await rdmacm.listen(self, listener, host, port, self.options.mtu_bytes)
+        listener.bound = acceptor.address
+        listener.closers.append(acceptor.aclose)
+        self._listeners.add(listener)
+        return listener
 
     async def _listen(self, host: str, port: int) -> Listener:
         listener = Listener(self)
@@ -424,7 +470,7 @@ async def _watch_peer(ep: Endpoint, reader: asyncio.StreamReader,
     except asyncio.CancelledError:
         writer.close()
         raise
-    ep.peer_closed = True
+    ep.mark_peer_closed()
     writer.close()
 
 
@@ -443,10 +489,15 @@ class Listener:
         self.rejected = 0
         self._closed = False
         self._closed_event = asyncio.Event()
+        # an rdma_cm listener has no asyncio server: its address, and what closes it
+        self.bound: tuple[str, int] | None = None
+        self.closers: list[Callable[[], Awaitable[None]]] = []
 
     @property
     def address(self) -> tuple[str, int]:
         """The (host, port) it listens on (the real port when 0 was asked for)."""
+        if self.bound is not None and not self._closed:
+            return self.bound
         if self.server is None or not self.server.sockets:
             raise ClosedError("the listener is closed")
         name = self.server.sockets[0].getsockname()
@@ -467,10 +518,16 @@ class Listener:
             log.warning("netio listener: %s", exc)
             writer.close()
             return
-        if self._closed:
+        if not self.deliver(ep):
             await ep.aclose()
-            return
+
+    def deliver(self, ep: Endpoint) -> bool:
+        """Queue a connected endpoint for ``accept`` (False once the listener is closed:
+        the caller closes it)."""
+        if self._closed:
+            return False
         self._ready.put_nowait(ep)
+        return True
 
     def accept(self, timeout_s: float | None = None) -> Pending[Endpoint]:
         """The next connected endpoint (waits for one; :class:`Timeout` after
@@ -500,6 +557,9 @@ class Listener:
             return
         self._closed = True
         self._closed_event.set()
+        for closer in self.closers:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(closer(), _CLOSE_S)
         if self.server is not None:
             self.server.close()
             with contextlib.suppress(Exception):
@@ -538,7 +598,7 @@ def _make_backend(backend: str, *, device: str | None, port: int | None, gid: in
 
         return TcpBackend()
     try:
-        from netio.backends import verbs  # type: ignore[attr-defined]
+        from netio.backends import verbs
     except ImportError as exc:
         raise BackendUnavailable(f"the verbs backend cannot be loaded: {exc}",
                                  hint="apt-get install python3-pyverbs, then make install "

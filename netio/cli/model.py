@@ -27,6 +27,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from netio.cli import model_commands
 from netio.errors import ModelInputError
 from netio.model.collectives import Collective, collective
 from netio.model.plot import plot_breakdown
@@ -83,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated sizes in bytes, K/M/G binary suffixes")
     c.add_argument("--json", action="store_true", help="print one JSON document")
     sub.add_parser("presets", help="list the system, model and execution presets")
+    model_commands.add_parsers(sub, t)  # infer, sweep, calibrate, wafer, train --conditions
     return parser
 
 
@@ -101,6 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.command in model_commands.COMMANDS or getattr(args, "conditions", None):
+        return model_commands.run(args)
     try:
         if args.command == "presets":
             for kind in ("system", "model", "execution"):
