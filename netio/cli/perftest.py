@@ -21,9 +21,10 @@ peak: "BW peak" is the average. Latencies are perftest's columns in
 microseconds (half the round trip for WRITE and SEND); ``read_lat``'s server
 measures nothing, as perftest's.
 
-Exit codes: 0 done; 1 the test failed (no server, a failed completion, a
-timeout); 2 bad arguments; 130 interrupted (Ctrl-C); 141 the reader of the
-output went away (``| head``), quietly, as for a tool killed by SIGPIPE.
+Exit codes (netio's one table, ``netio --help``): 0 done; 4 the test failed (no server,
+a failed completion, a timeout, a peer in a mode netio does not run); 2 bad arguments;
+130 interrupted (Ctrl-C); 141 the reader of the output went away (``| head``), quietly,
+as for a tool killed by SIGPIPE.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         program = f"ib_{verb.value}_{'lat' if latency else 'bw'}"
         sub = verbs.add_parser(test, help=program,
                                description=f"netio as either side of {program}",
-                               epilog="exit codes: 0 done; 1 the test failed; 2 bad arguments; "
+                               epilog="exit codes: 0 done; 4 the test failed; 2 bad arguments; "
                                       "130 interrupted; 141 output closed (see netio perftest "
                                       "--help)")
         _add_options(sub)

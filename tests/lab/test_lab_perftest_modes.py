@@ -57,7 +57,7 @@ def _check_lat(output: str, size: int, iters: int, who: str) -> None:
 
 
 def _one_error_line(netio_rc: int, netio_out: str, *needles: str) -> str:
-    assert netio_rc == 1, f"netio should fail with exit code 1, got {netio_rc}:\n{netio_out}"
+    assert netio_rc == 4, f"netio should exit 4 (failed), got {netio_rc}:\n{netio_out}"
     errors = [line for line in netio_out.splitlines() if line.startswith("netio perftest:")]
     assert len(errors) == 1, f"one error line expected:\n{netio_out}"
     for needle in needles:
