@@ -11,6 +11,7 @@ import asyncio
 import atexit
 import contextlib
 import ctypes
+import ipaddress
 import logging
 import socket
 import weakref
@@ -344,6 +345,11 @@ class Context:
         qp = await self.backend.create_qp(local_ip, self.options.qp, notify)
         try:
             local = qp.address()
+            mismatch = gid_mismatch(local, remote)
+            if mismatch:
+                await exchange.write_message(writer, exchange.Kind.REJECT,
+                                             {"reason": mismatch}, "exchange reject", timeout_s)
+                raise ExchangeMismatch(f"{peer}: {mismatch}")
             mtu = min(client_mtu, self._mtu(local))
             # A RoCE QP must be ready to receive before the client learns it may send;
             # the tcp QP reads the exchange's stream, so it starts after the last message.
@@ -424,6 +430,23 @@ class Context:
 
     def __repr__(self) -> str:
         return f"Context({self.backend.name}, {'closed' if self._closed else 'open'})"
+
+
+def gid_mismatch(local: QpAddress, remote: QpAddress) -> str:
+    """Why two RoCE QP addresses cannot talk (GID type, or IPv4 against IPv6), or ""."""
+    if local.transport != Transport.ROCE:
+        return ""
+    if local.gid_type != remote.gid_type:
+        return (f"GID type mismatch: the client's GID {remote.gid} (index {remote.gid_index}) is "
+                f"{remote.gid_type}, this listener's {local.gid} (index {local.gid_index}) is "
+                f"{local.gid_type}; both sides need RoCEv2 GIDs (netio doctor lists them)")
+    local_v4 = ipaddress.IPv6Address(local.gid).ipv4_mapped is not None
+    remote_v4 = ipaddress.IPv6Address(remote.gid).ipv4_mapped is not None
+    if local_v4 != remote_v4:
+        return (f"address family mismatch: the client's GID {remote.gid} is "
+                f"{'IPv4' if remote_v4 else 'IPv6'}, this listener's {local.gid} is "
+                f"{'IPv4' if local_v4 else 'IPv6'}; pin a GID of the same family (gid=)")
+    return ""
 
 
 def _qp_type(value: QpType | str) -> QpType:
