@@ -134,21 +134,33 @@ def test_headerless_verifier_accepts_kernel_packets_with_any_ip_id() -> None:
         assert _headerless(verifier, p)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data())
-def test_headerless_verifier_rejects_corruption(data: st.DataObject) -> None:
-    """Any bit flip outside the IPv4 ID/flags (which it cannot see) is caught."""
-    packets = _ref_packets_cached()
-    packet = bytearray(data.draw(st.sampled_from(packets)))
-    ihl = (packet[0] & 0xF) * 4
-    # Bits the check covers: addresses, ports, UDP length, BTH .. ICRC (not TOS, TTL,
-    # IP checksum, UDP checksum, ID/flags; the driver takes lengths from the socket).
-    covered = list(range(12, 20)) + list(range(ihl, ihl + 4)) + list(range(ihl + 8, len(packet)))
-    pos = data.draw(st.sampled_from(covered))
-    if ihl + 8 + 4 == pos:
-        return  # BTH byte 4 (FECN/BECN/reserved) is masked out of the ICRC by definition
-    packet[pos] ^= 1 << data.draw(st.integers(0, 7))
-    assert not _headerless(HeaderlessVerifier(), bytes(packet))
+def test_headerless_verifier_catches_bit_flips_but_for_its_blind_spot() -> None:
+    """A UDP socket hides the IPv4 ID and DF bit, which the ICRC covers, so the check
+    accepts an ICRC that matches for *some* ID/DF (2**17 headers). CRC-32 is linear: a
+    bit flip whose error pattern equals that of some ID/DF change is invisible to it, at
+    a fixed distance from the ID whatever the packet length. So a few flip positions pass
+    (the kernel's UDP checksum, which a UDP socket enforces, still catches them); every
+    other single-bit flip of the covered bits of the reference packets must be caught.
+    The bound: at most 1 flip in 2,000."""
+    packets = _ref_packets_cached()[:16]
+    verifier = HeaderlessVerifier()
+    flips = accepted = 0
+    for original in packets:
+        packet = bytearray(original)
+        ihl = (packet[0] & 0xF) * 4
+        # Bits the check covers: addresses, ports, UDP length, BTH .. ICRC (not TOS, TTL,
+        # IP checksum, UDP checksum, ID/flags; the driver takes lengths from the socket);
+        # BTH byte 4 (FECN/BECN/reserved) is masked out of the ICRC by definition.
+        covered = [p for p in list(range(12, 20)) + list(range(ihl, ihl + 4))
+                   + list(range(ihl + 8, len(packet))) if p != ihl + 8 + 4]
+        for pos in covered:
+            for bit in range(8):
+                packet[pos] ^= 1 << bit
+                flips += 1
+                accepted += _headerless(verifier, bytes(packet))
+                packet[pos] ^= 1 << bit
+    assert flips > 50_000
+    assert accepted <= flips // 2000, (accepted, flips)
 
 
 _REF_CACHE: list[bytes] = []
