@@ -134,6 +134,10 @@ class Responder:
         qp.engine.transmit(qp, qp.attrs.remote_ip, bth, payload, aeth=aeth,
                            atomic_ack_eth=atomic_ack)
 
+    def acknowledge(self, psn: int) -> None:
+        """ACK ``psn`` (the native receive path placed a packet that asked for it)."""
+        self._ack(psn)
+
     def _ack(self, psn: int) -> None:
         self._reply(Opcode.RC_ACKNOWLEDGE, psn, Aeth.ack(self.msn))
 
