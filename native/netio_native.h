@@ -292,6 +292,15 @@ typedef struct {
  * 0xFFFFFFFF). Returns the index of the first slot not consumed. */
 int64_t netio_rx_fast_run(netio_rx_ring *r, uint32_t start, uint32_t local_ip, int verify_icrc,
                           netio_rx_fast *ctx, uint32_t nctx, uint32_t *ack_ctx);
+/* Plain UDP peer for bench/ (native/udpbench.c): sendmmsg count datagrams of
+ * data[0:size] to dst_ip:port (host order); returns how many or -errno. */
+int64_t netio_udp_blast(int fd, uint32_t dst_ip, uint32_t port, const uint8_t *data,
+                        uint32_t size, uint64_t count);
+/* recvmmsg until count datagrams or idle_ms without any; returns the count
+ * (bytes, and the monotonic ns of the first and last batch, through the
+ * pointers) or -errno. buf holds 64 slots of slot_bytes. */
+int64_t netio_udp_sink(int fd, uint8_t *buf, uint32_t slot_bytes, uint64_t count,
+                       int idle_ms, uint64_t *bytes, uint64_t *first_ns, uint64_t *last_ns);
 /* CDEF END */
 
 #endif
