@@ -62,6 +62,24 @@ def _env(pure: bool) -> None:
 
 # -- netio server and client (one process each) -------------------------------------------
 
+def _profiled(role: str, main: Callable[[], Any]) -> None:
+    """Run ``asyncio.run(main())``, under cProfile when NETIO_BENCH_PROFILE names a folder
+    (ROLE.prof is written there: where the time goes, for a target that is missed)."""
+    folder = os.environ.get("NETIO_BENCH_PROFILE")
+    if not folder:
+        asyncio.run(main())
+        return
+    import cProfile
+
+    profile = cProfile.Profile()
+    profile.enable()
+    try:
+        asyncio.run(main())
+    finally:
+        profile.disable()
+        profile.dump_stats(os.path.join(folder, f"{role}.prof"))
+
+
 def _server(job: dict[str, Any], ip: str, port_q: Any, out_q: Any) -> None:
     _env(job["pure"])
 
@@ -108,7 +126,7 @@ def _server(job: dict[str, Any], ip: str, port_q: Any, out_q: Any) -> None:
             out_q.put({"server": ep.counters(), "address_same": target.ctypes.data == address,
                        "landed": landed})
 
-    asyncio.run(main())
+    _profiled("server", main)
 
 
 def _client(job: dict[str, Any], ip: str, server_ip: str, port: int, out_q: Any) -> None:
@@ -167,7 +185,7 @@ def _client(job: dict[str, Any], ip: str, server_ip: str, port: int, out_q: Any)
             await ep.send(ctx.register(bytearray(b"done")))
             out_q.put(result)
 
-    asyncio.run(main())
+    _profiled("client", main)
 
 
 def netio_run(job: dict[str, Any]) -> dict[str, Any]:
@@ -311,8 +329,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  netio soft pure        {pure_bw:9.1f}   native/pure {_ratio(native_bw, pure_bw)}")
         print(f"  sendmmsg/recvmmsg pair {pair_bw:9.1f}   netio/pair {_ratio(native_bw, pair_bw)}")
         sent = [r["sent_mib_s"] for r in iperf_all if r]
-        print(f"  iperf3 -u -l 4096      {iperf_bw:9.1f}   netio/iperf3 {_ratio(native_bw, iperf_bw)}"
-              f"   (received; iperf3 sent {statistics.median(sent) if sent else float('nan'):.1f})")
+        sent_median = statistics.median(sent) if sent else float("nan")
+        print(f"  iperf3 -u -l 4096      {iperf_bw:9.1f}   netio/iperf3 "
+              f"{_ratio(native_bw, iperf_bw)}   (received; iperf3 sent {sent_median:.1f})")
 
     if args.only in (None, "lat"):
         n = int(4000 * q)
@@ -322,8 +341,10 @@ def main(argv: list[str] | None = None) -> int:
         sp_lat, _ = _median(runs, lambda: sockperf_latency(3 * q + 1), "x")
         print("\n64 B SEND latency, half round trip [us] (netio: median; sockperf: its avg)")
         print(f"  netio soft native      {native_lat:9.1f}")
-        print(f"  netio soft pure        {pure_lat:9.1f}   pure/native {_ratio(pure_lat, native_lat)}")
-        print(f"  sockperf ping-pong UDP {sp_lat:9.1f}   netio/sockperf {_ratio(native_lat, sp_lat)}")
+        print(f"  netio soft pure        {pure_lat:9.1f}   pure/native "
+              f"{_ratio(pure_lat, native_lat)}")
+        print(f"  sockperf ping-pong UDP {sp_lat:9.1f}   netio/sockperf "
+              f"{_ratio(native_lat, sp_lat)}")
 
     if args.only in (None, "rate"):
         n = int(40000 * q)

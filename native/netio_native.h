@@ -248,8 +248,9 @@ typedef struct {
     uint32_t count;
     uint64_t payload_bytes;
 } netio_tx_batch;
-/* Build packets k0 .. k0+count-1 of message m (PSNs from psn0) into b;
- * *noack_pkts carries the AckReq counter. Returns iovecs used or -errno. */
+/* Append packets k0 .. k0+count-1 of message m (PSNs from psn0) to b after
+ * its b->count packets; *noack_pkts carries the AckReq counter. Returns the
+ * iovecs b uses, or -errno (-ENOBUFS: b is full; b is then unchanged). */
 int netio_tx_build(const netio_tx_msg *m, const netio_sge *sge, uint32_t nsge, uint32_t k0,
                    uint32_t psn0, uint32_t count, uint32_t *noack_pkts, netio_tx_batch *b);
 /* sendmmsg packets start.. of b to dst_ip:4791; returns how many went, or

@@ -76,10 +76,12 @@ static uint32_t icrc_bth_on(uint32_t crc, const uint8_t *bth, size_t len) {
 int netio_tx_build(const netio_tx_msg *m, const netio_sge *sge, uint32_t nsge, uint32_t k0,
                    uint32_t psn0, uint32_t count, uint32_t *noack_pkts, netio_tx_batch *b) {
     static const uint8_t zeros[4] = {0, 0, 0, 0};
-    uint32_t niov = 0;
+    uint32_t base = b->count;
+    uint32_t niov = base ? b->iovstart[base - 1] + b->iovcnt[base - 1] : 0;
     uint32_t noack = *noack_pkts;
-    if (count > b->max_pkts || m->mtu == 0)
-        return -EINVAL;
+    uint64_t payload = 0;
+    if (count > b->max_pkts - base || m->mtu == 0)
+        return -ENOBUFS;
     /* locate the SGE holding the first payload byte */
     uint64_t off = (uint64_t)k0 * m->mtu;
     uint32_t si = 0;
@@ -88,10 +90,10 @@ int netio_tx_build(const netio_tx_msg *m, const netio_sge *sge, uint32_t nsge, u
         so -= sge[si].len;
         si++;
     }
-    b->payload_bytes = 0;
-    for (uint32_t j = 0; j < count; j++) {
-        uint32_t k = k0 + j;
-        uint32_t psn = (psn0 + j) & 0xFFFFFFu;
+    for (uint32_t jj = 0; jj < count; jj++) {
+        uint32_t j = base + jj;
+        uint32_t k = k0 + jj;
+        uint32_t psn = (psn0 + jj) & 0xFFFFFFu;
         uint64_t start = (uint64_t)k * m->mtu;
         if (start > m->length || k >= m->npkts)
             return -EINVAL;
@@ -163,9 +165,10 @@ int netio_tx_build(const netio_tx_msg *m, const netio_sge *sge, uint32_t nsge, u
         b->iov[niov].len = pad + 4;
         niov++;
         b->iovcnt[j] = niov - b->iovstart[j];
-        b->payload_bytes += size;
+        payload += size;
     }
-    b->count = count;
+    b->count = base + count;
+    b->payload_bytes += payload;
     *noack_pkts = noack;
     return (int)niov;
 }

@@ -204,18 +204,23 @@ class RoceEngine:
         requester then builds them one by one with :meth:`transmit`)."""
         if not self.native:
             return None
-        built = build_run(qp, wr, length, npkts, k0, psn0, count, noack_pkts)
-        if built is None:
-            return None
-        run, noack = built
         attrs = qp.attrs
         if attrs.remote_ip is None:
             return None
-        self._outbox.append(OutgoingRun(attrs.remote_ip, qp.udp_src_port, attrs.dscp,
-                                        attrs.ecn, run))
+        last = self._outbox[-1] if self._outbox else None
+        into = last.run if (isinstance(last, OutgoingRun) and last.dst_ip == attrs.remote_ip
+                            and last.src_udp_port == qp.udp_src_port
+                            and last.dscp == attrs.dscp and last.ecn == attrs.ecn) else None
+        built = build_run(qp, wr, length, npkts, k0, psn0, count, noack_pkts, into)
+        if built is None:
+            return None
+        run, noack, payload_bytes = built
+        if run is not into:
+            self._outbox.append(OutgoingRun(attrs.remote_ip, qp.udp_src_port, attrs.dscp,
+                                            attrs.ecn, run))
         self._outbox_pkts += count
         self.stats.tx_native_packets += count
-        self.stats.tx_payload_bytes += run.payload_bytes  # no user-space copy: iovecs
+        self.stats.tx_payload_bytes += payload_bytes  # no user-space copy: iovecs
         return noack
 
     def _generate(self, now_ns: int, budget: int) -> None:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 #: Largest number of packets one transmit run holds.
 MAX_RUN_PACKETS = 256
+_RUN_CAPACITY = 256  # packets of a new run (more messages of the same QP are appended)
 _SLOT_BYTES = 64  # NETIO_TX_SLOT_BYTES
 _TRAILER_OFFSET = 48  # NETIO_TX_TRAILER_OFFSET
 _OFF = 0xFFFFFFFF
@@ -95,15 +96,32 @@ class CopyCounters:
 
 
 class TxRun:
-    """Built packets of one message, as iovecs into the registered memory."""
+    """Built packets of one QP (consecutive, of one or more messages), as iovecs into the
+    registered memory: sent with one ``sendmmsg``."""
 
-    __slots__ = ("_keep", "batch", "count", "payload_bytes")
+    __slots__ = ("_keep", "batch", "capacity")
 
-    def __init__(self, batch: Any, keep: list[Any], count: int, payload_bytes: int) -> None:
+    def __init__(self, capacity: int, max_iov: int) -> None:
+        ffi = native.ffi
+        hdr = ffi.new("uint8_t[]", _SLOT_BYTES * capacity)
+        iov = ffi.new("netio_iov[]", max_iov)
+        iovstart = ffi.new("uint32_t[]", capacity)
+        iovcnt = ffi.new("uint32_t[]", capacity)
+        batch = ffi.new("netio_tx_batch *")
+        batch.hdr, batch.iov, batch.iovstart, batch.iovcnt = hdr, iov, iovstart, iovcnt
+        batch.max_pkts, batch.max_iov = capacity, max_iov
         self.batch = batch
-        self._keep = keep  # header slots, iovec arrays and buffer handles must outlive it
-        self.count = count
-        self.payload_bytes = payload_bytes
+        self.capacity = capacity
+        # header slots, iovec arrays and buffer handles must outlive the run
+        self._keep: list[Any] = [hdr, iov, iovstart, iovcnt]
+
+    @property
+    def count(self) -> int:
+        return int(self.batch.count)
+
+    @property
+    def payload_bytes(self) -> int:
+        return int(self.batch.payload_bytes)
 
     def packet(self, j: int) -> bytes:
         """Packet ``j`` as one bytes object (BTH .. ICRC), for links and tests."""
@@ -122,9 +140,11 @@ class TxRun:
 
 
 def build_run(qp: QpPort, wr: SendWr, length: int, npkts: int, k0: int, psn0: int,
-              count: int, noack_pkts: int) -> tuple[TxRun, int] | None:
-    """Packets ``k0 .. k0+count-1`` of ``wr`` (first PSN ``psn0``) and the new AckReq
-    counter, or None when the C path does not apply (no native module, not IPv4, not a
+              count: int, noack_pkts: int, into: TxRun | None = None
+              ) -> tuple[TxRun, int, int] | None:
+    """Packets ``k0 .. k0+count-1`` of ``wr`` (first PSN ``psn0``) appended to ``into`` when
+    it has room, else to a new run: (the run, the new AckReq counter, the payload bytes
+    added); None when the C path does not apply (no native module, not IPv4, not a
     SEND/WRITE of RC/UC): the caller then builds them in Python."""
     lib, ffi = native.lib, native.ffi
     op = _WR_OP.get(wr.opcode)
@@ -159,25 +179,24 @@ def build_run(qp: QpPort, wr: SendWr, length: int, npkts: int, k0: int, psn0: in
     msg.op_first, msg.op_middle, msg.op_last, msg.op_only = first, middle, last, only
     sges = wr.sg_list
     sge = ffi.new("netio_sge[]", max(1, len(sges)))
-    keep: list[Any] = [msg, sge]
+    handles: list[Any] = []
     for i, s in enumerate(sges):
         handle = ffi.from_buffer("uint8_t[]", s.mr.buffer)
-        keep.append(handle)
+        handles.append(handle)
         sge[i].ptr = handle + s.offset
         sge[i].len = s.length
-    max_iov = 3 * count + len(sges) + 1
-    hdr = ffi.new("uint8_t[]", _SLOT_BYTES * count)
-    iov = ffi.new("netio_iov[]", max_iov)
-    iovstart = ffi.new("uint32_t[]", count)
-    iovcnt = ffi.new("uint32_t[]", count)
-    batch = ffi.new("netio_tx_batch *")
-    batch.hdr, batch.iov, batch.iovstart, batch.iovcnt = hdr, iov, iovstart, iovcnt
-    batch.max_pkts, batch.max_iov = count, max_iov
-    keep += [hdr, iov, iovstart, iovcnt]
     noack = ffi.new("uint32_t *", noack_pkts)
-    if lib.netio_tx_build(msg, sge, len(sges), k0, psn0, count, noack, batch) < 0:
-        return None
-    return TxRun(batch, keep, count, int(batch.payload_bytes)), int(noack[0])
+    for run in (into, None):
+        if run is None:
+            if into is None and count > _RUN_CAPACITY:
+                run = TxRun(count, 3 * count + len(sges) + 1)
+            else:
+                run = TxRun(_RUN_CAPACITY, 4 * _RUN_CAPACITY + len(sges) + 1)
+        before = run.payload_bytes
+        if lib.netio_tx_build(msg, sge, len(sges), k0, psn0, count, noack, run.batch) >= 0:
+            run._keep += handles
+            return run, int(noack[0]), run.payload_bytes - before
+    return None
 
 
 class RxRing:
