@@ -275,6 +275,9 @@ class SoftRoceDriver:
                                                                      *ring.source(i), now_ns)))
             if n < ring.nslots:
                 return
+            # More is waiting: send the ACKs (and anything else) this batch produced
+            # first, so that the peer's window opens while we drain the rest.
+            self._flush(now_ns)
 
     def _raw_one(self, packet: memoryview, now_ns: int) -> None:
         if parse_raw_ipv4(packet) is None:
