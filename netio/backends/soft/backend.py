@@ -38,11 +38,6 @@ from netio.roce.verbs import RecvWr, SendWr, UdAddress
 #: The soft engine segments at any IB MTU; it offers the largest and lets the
 #: exchange agree on the smaller of the two sides.
 SOFT_MAX_MTU_BYTES = 4096
-#: PSNs a soft requester keeps unacknowledged (rxe: 128). The window is the requester's
-#: own policy (the responder takes any in-order PSN); 512 packets of 4 KiB (2 MiB, about
-#: 4.5 MiB of kernel buffer) fit the 8 MiB receive buffer of a soft peer and let a
-#: loopback pipeline run while ACKs are on their way through two event loops.
-SOFT_WINDOW_PSNS = 512
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -132,7 +127,7 @@ class SoftQp:
             retry_cnt=o.retry_count, rnr_retry=o.rnr_retry, min_rnr_timer=o.min_rnr_timer,
             max_rd_atomic=o.max_rd_atomic, max_dest_rd_atomic=o.max_rd_atomic, qkey=o.qkey,
             remote_ip=gid_ip(remote.gid) if remote else None, dscp=o.traffic_class >> 2,
-            ecn=o.traffic_class & 3, access=o.access, max_unacked_psns=SOFT_WINDOW_PSNS)
+            ecn=o.traffic_class & 3, access=o.access)
 
     async def connect(self, remote: QpAddress, mtu_bytes: int, stream: object = None) -> None:
         if self._qp.qp_type is QpType.UD:
