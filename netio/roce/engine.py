@@ -109,9 +109,13 @@ class RoceEngine:
     """All QPs of one local address. See the module docstring for the driver contract."""
 
     def __init__(self, local_ip: IpAddress | str, *, verify_icrc: bool = True,
-                 native: bool | None = None) -> None:
+                 native: bool | None = None, coalesce_acks: bool | None = None) -> None:
         """``native``: use the C data path (``netio.roce.native_path``) for the common
-        case; None (default) uses it when the compiled module is loaded."""
+        case; None (default) uses it when the compiled module is loaded.
+        ``coalesce_acks``: within one receive batch (:meth:`receive_ring`) a responder
+        sends only the newest of its ACKs (IBTA §9.7.5.1.1: an ACK covers every earlier
+        PSN); None (default): when the native path is on. Off, the engine answers every
+        AckReq as the pure engine does, packet for packet."""
         self.local_ip = _ip(local_ip)
         self.verify_icrc = verify_icrc
         self.native = _native.AVAILABLE if native is None else bool(native and _native.AVAILABLE)
@@ -121,6 +125,9 @@ class RoceEngine:
         self._qpn_counter = itertools.count(FIRST_QPN)
         self._outbox: list[OutgoingDatagram | OutgoingRun] = []
         self._outbox_pkts = 0
+        self.coalesce_acks = self.native if coalesce_acks is None else coalesce_acks
+        self._coalescing = False
+        self._held: list[QpPort] = []
         self._rx_path = (RxPath(self.local_ip) if self.native
                          and isinstance(self.local_ip, ipaddress.IPv4Address) else None)
         self._ready: dict[int, QueuePair] = {}  # QPs that may have packets to generate
@@ -222,6 +229,21 @@ class RoceEngine:
         self.stats.tx_native_packets += count
         self.stats.tx_payload_bytes += payload_bytes  # no user-space copy: iovecs
         return noack
+
+    @property
+    def coalescing_acks(self) -> bool:
+        """True while a receive batch is being processed with ACK coalescing on."""
+        return self._coalescing
+
+    def hold_ack(self, qp: QpPort) -> None:
+        """``qp``'s responder holds an ACK until the end of the receive batch."""
+        self._held.append(qp)
+
+    def _release_acks(self) -> None:
+        held, self._held = self._held, []
+        self._coalescing = False
+        for qp in held:
+            qp.responder.release_ack()  # type: ignore[attr-defined]
 
     def _generate(self, now_ns: int, budget: int) -> None:
         if self._ready:
@@ -336,6 +358,14 @@ class RoceEngine:
             for i in range(count):
                 slow(i)
             return
+        self._coalescing = self.coalesce_acks
+        try:
+            self._receive_ring(rx, ring, count, slow)
+        finally:
+            self._release_acks()
+
+    def _receive_ring(self, rx: RxPath, ring: RxRing, count: int,
+                      slow: Callable[[int], None]) -> None:
         rx.refresh_all()
         i = 0
         while i < count:

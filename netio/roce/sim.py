@@ -120,17 +120,19 @@ def connected_pair(qp_type: QpType = QpType.RC, *, seed: int = 0,
                    faults_ab: LinkFaults | None = None, faults_ba: LinkFaults | None = None,
                    psn_a: int = 0, psn_b: int = 0, qkey: int = 0x11111111,
                    native: bool | None = None, ring_rx: bool = False,
+                   coalesce_acks: bool | None = None,
                    **attrs: Any) -> tuple[EnginePair, Endpoint, Endpoint]:
     """Two engines (10.0.0.1 and 10.0.0.2) with one QP each, connected and in RTS.
 
     ``psn_a``/``psn_b`` are the first PSNs each side sends; ``attrs`` override
     ``QpAttributes`` fields on both sides (e.g. ``path_mtu_bytes=256``, ``retry_cnt=2``).
-    ``native``: the engines' native path (None: when built); ``ring_rx``: see EnginePair.
+    ``native``: the engines' native path (None: when built); ``ring_rx``: see EnginePair;
+    ``coalesce_acks``: see RoceEngine.
     """
     ip_a, ip_b = ipaddress.IPv4Address("10.0.0.1"), ipaddress.IPv4Address("10.0.0.2")
     ends = []
     for ip in (ip_a, ip_b):
-        engine = RoceEngine(ip, native=native)
+        engine = RoceEngine(ip, native=native, coalesce_acks=coalesce_acks)
         pd = engine.alloc_pd()
         cq = engine.create_cq()
         ends.append(Endpoint(engine, pd, cq, engine.create_qp(pd, qp_type, cq, cq)))

@@ -39,10 +39,12 @@ TARGET_BYTES = 128 << 10
 
 
 def _run(native_on: bool, messages: list[tuple[WrOpcode, int, int]], mtu: int, psn_a: int,
-         faults: LinkFaults | None, seed: int, nsge: int) -> dict[str, Any]:
+         faults: LinkFaults | None, seed: int, nsge: int,
+         coalesce: bool = False) -> dict[str, Any]:
     # Keys derive from the PD's number (a process-wide counter): number both runs alike.
     ProtectionDomain._pd_ids = itertools.count(1)
     pair, a, b = connected_pair(native=native_on, ring_rx=native_on, seed=seed,
+                                coalesce_acks=coalesce,
                                 faults_ab=faults, faults_ba=faults, psn_a=psn_a,
                                 psn_b=0x123, path_mtu_bytes=mtu, timeout=10, retry_cnt=7,
                                 rnr_retry=7, access=Access.REMOTE_WRITE)
@@ -91,6 +93,7 @@ def _run(native_on: bool, messages: list[tuple[WrOpcode, int, int]], mtu: int, p
         "native_packets": (a.engine.stats.tx_native_packets, b.engine.stats.rx_native_packets),
         "received": (a.engine.stats.datagrams_received, b.engine.stats.datagrams_received),
         "dropped_icrc": b.engine.stats.dropped_icrc,
+        "coalesced": b.qp.responder.acks_coalesced,
     }
 
 
@@ -121,6 +124,54 @@ def test_native_path_sends_and_completes_what_the_pure_engine_does(
         duplicate: float, reorder: float, corrupt: float, seed: int, nsge: int) -> None:
     faults = LinkFaults(drop=drop, duplicate=duplicate, reorder=reorder, corrupt=corrupt)
     _compare(messages, mtu, psn_a, faults, seed, nsge)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(messages=st.lists(message, min_size=1, max_size=3), mtu=st.sampled_from(MTUS),
+       psn_a=st.integers(0, 0xFFFFFF), drop=st.sampled_from((0.0, 0.05)),
+       duplicate=st.sampled_from((0.0, 0.05)), reorder=st.sampled_from((0.0, 0.1)),
+       seed=st.integers(0, 2**16))
+def test_coalesced_acks_complete_the_same_work(
+        messages: list[tuple[WrOpcode, int, int]], mtu: int, psn_a: int, drop: float,
+        duplicate: float, reorder: float, seed: int) -> None:
+    """With ACK coalescing the wire differs (fewer ACKs) but not the outcome: the same
+    completions in the same order and the same bytes in memory as the pure engine."""
+    faults = LinkFaults(drop=drop, duplicate=duplicate, reorder=reorder)
+    pure = _run(False, messages, mtu, psn_a, faults, seed, 1)
+    fast = _run(True, messages, mtu, psn_a, faults, seed, 1, coalesce=True)
+    assert pure["done"] and fast["done"]
+
+    def outcome(c: Any) -> tuple[int, WcStatus, int, int | None]:
+        return c.wr_id, c.status, c.byte_len, c.imm_data
+
+    for key in ("completions_a", "completions_b"):
+        assert [outcome(c) for c in fast[key]] == [outcome(c) for c in pure[key]], key
+    assert fast["target"] == pure["target"] and fast["inbox"] == pure["inbox"]
+
+
+def test_coalescing_sends_one_ack_per_batch() -> None:
+    """Twenty 64-byte WRITEs arriving in one batch: each asked for an ACK (ONLY packets);
+    one ACK, for the last PSN with the MSN of twenty messages, answers them all."""
+    _pair, a, b = connected_pair(native=True, coalesce_acks=True, access=Access.REMOTE_WRITE)
+    target = b.pd.register(bytearray(64 * 20), Access.LOCAL_WRITE | Access.REMOTE_WRITE)
+    src = a.pd.register(bytearray(range(64)), Access.NONE)
+    for i in range(20):
+        a.qp.post_send(SendWr(i, WrOpcode.RDMA_WRITE, (src.sge(),), target.addr + 64 * i,
+                              target.rkey))
+    out = a.engine.datagrams_to_send(0)
+    assert len(out) == 20 and all(d.payload[8] & 0x80 for d in out)  # AckReq on each
+    ring = RxRing(64, 9216)
+    ring.fill([(d.payload, ipaddress.IPv4Address("10.0.0.1"), d.src_udp_port) for d in out])
+    b.engine.receive_ring(ring, 1, lambda i: b.engine.receive_datagram(
+        bytes(ring.slot(i)), *ring.source(i)[:1], 1, ring.source(i)[1]))
+    (ack,) = b.engine.datagrams_to_send(1)
+    p = ack.payload
+    assert p[0] == 0x11  # RC Acknowledge
+    assert int.from_bytes(p[9:12], "big") == 19  # PSN of the last WRITE
+    assert p[12] >> 5 == 0 and int.from_bytes(p[13:16], "big") == 20  # ACK syndrome, MSN 20
+    for d in (ack,):
+        a.engine.receive_datagram(d.payload, "10.0.0.2", 2, d.src_udp_port)
+    assert [c.wr_id for c in a.cq.poll(100)] == list(range(20))
 
 
 def test_clean_link_uses_the_native_path_for_every_middle_packet() -> None:
