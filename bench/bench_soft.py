@@ -88,8 +88,10 @@ def _server(job: dict[str, Any], ip: str, port_q: Any, out_q: Any) -> None:
 
         import netio
         from netio.api.endpoint import WorkRequest
+        from netio.backends.soft.sockets import RxMode
 
-        async with netio.open("soft", local_addr=ip, mtu=MTU) as ctx:
+        async with netio.open("soft", local_addr=ip, mtu=MTU,
+                              rx_mode=RxMode(job.get("rx_mode", "auto"))) as ctx:
             target = np.zeros(TARGET_MIB * MIB, dtype=np.uint8)
             address = target.ctypes.data
             region = ctx.register(target)
@@ -137,8 +139,10 @@ def _client(job: dict[str, Any], ip: str, server_ip: str, port: int, out_q: Any)
 
         import netio
         from netio.api.endpoint import WorkRequest
+        from netio.backends.soft.sockets import RxMode
 
-        async with netio.open("soft", local_addr=ip, mtu=MTU) as ctx:
+        async with netio.open("soft", local_addr=ip, mtu=MTU,
+                              rx_mode=RxMode(job.get("rx_mode", "auto"))) as ctx:
             ep = await ctx.connect(f"{server_ip}:{port}")
             box = bytearray(netio.api.region.DESCRIPTOR_BYTES)
             await ep.recv(ctx.register(box))
@@ -310,14 +314,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="smaller counts (smoke test)")
     parser.add_argument("--only", choices=("bw", "lat", "rate", "zero"), default=None)
+    parser.add_argument("--rx-mode", choices=("auto", "raw", "udp"), default="auto",
+                        help="the soft backend's receive socket (auto: raw when permitted)")
     args = parser.parse_args(argv)
+    base: dict[str, Any] = {"rx_mode": args.rx_mode}
     q = 0.25 if args.quick else 1.0
     runs = args.runs
-    print(f"soft backend native data path, loopback, MTU {MTU}, median of {runs} runs")
+    print(f"soft backend native data path, loopback, MTU {MTU}, median of {runs} runs, "
+          f"receive mode {args.rx_mode}; load average {os.getloadavg()[0]:.2f} at start")
 
     if args.only in (None, "bw"):
         mib = int(512 * q)
-        bw_job = {"kind": "write_bw", "size": MIB, "count": mib, "batch": 4,
+        bw_job = {**base, "kind": "write_bw", "size": MIB, "count": mib, "batch": 4,
                   "batches_in_flight": 2, "pure": False}
         native_bw, _ = _median(runs, lambda: netio_run(bw_job), "mib_s")
         pure_bw, _ = _median(1, lambda: netio_run({**bw_job, "pure": True,
@@ -335,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.only in (None, "lat"):
         n = int(4000 * q)
-        lat_job = {"kind": "latency", "size": 64, "count": n, "pure": False}
+        lat_job = {**base, "kind": "latency", "size": 64, "count": n, "pure": False}
         native_lat, _ = _median(runs, lambda: netio_run(lat_job), "one_way_us")
         pure_lat, _ = _median(1, lambda: netio_run({**lat_job, "pure": True}), "one_way_us")
         sp_lat, _ = _median(runs, lambda: sockperf_latency(3 * q + 1), "x")
@@ -348,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.only in (None, "rate"):
         n = int(40000 * q)
-        rate = {"size": 64, "count": n, "batch": 256, "batches_in_flight": 4}
+        rate = {**base, "size": 64, "count": n, "batch": 256, "batches_in_flight": 4}
         w_nat, _ = _median(runs, lambda: netio_run({**rate, "kind": "write_rate",
                                                     "pure": False}), "msg_s")
         s_nat, _ = _median(runs, lambda: netio_run({**rate, "kind": "send_rate",
@@ -363,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  sendmmsg/recvmmsg pair {pair_rate:11.0f}   (64 B datagrams)")
 
     if args.only in (None, "zero"):
-        r = netio_run({"kind": "zero_copy", "size": 4 * MIB, "count": 1, "pure": False,
+        r = netio_run({**base, "kind": "zero_copy", "size": 4 * MIB, "count": 1, "pure": False,
                        "expect": 4 * MIB})
         c, s = r["client"], r["server"]
         tx = 1 + c["engine_tx_user_copy_bytes"] / max(1, c["engine_tx_payload_bytes"])
