@@ -20,7 +20,8 @@ Every netio figure uses the public API (``netio.open("soft", local_addr=...)``,
 * zero copy: one WRITE into a registered numpy array, its address before and after,
   and copies per payload byte from the engines' counters.
 
-Each figure is the median of ``--runs`` runs; ratios are of medians from this run.
+Each side runs once per round, ``--runs`` rounds interleaved; figures are medians, ratios
+the median (and range) of the per-round ratios.
 """
 
 from __future__ import annotations
@@ -299,14 +300,30 @@ def sockperf_latency(seconds: float) -> float | None:
 
 # -- the report ----------------------------------------------------------------------------
 
-def _median(runs: int, fn: Callable[[], Any], key: str) -> tuple[float, list[Any]]:
-    results = [fn() for _ in range(runs)]
-    values = [r[key] if isinstance(r, dict) else r for r in results if r is not None]
-    return (statistics.median(values) if values else float("nan")), results
+def _rounds(runs: int, fns: dict[str, Callable[[], Any]], key: str) -> dict[str, list[float]]:
+    """Each of ``fns`` once per round, ``runs`` rounds, interleaved so that a change of load
+    on the machine hits every side alike; the values of ``key`` (NaN where a tool is
+    missing), by name."""
+    out: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(runs):
+        for name, fn in fns.items():
+            r = fn()
+            out[name].append(float(r[key]) if isinstance(r, dict) else
+                             float(r) if r is not None else float("nan"))
+    return out
 
 
-def _ratio(a: float, b: float) -> str:
-    return f"{a / b:.3g}x" if b and b == b else "n/a"
+def _med(values: list[float]) -> float:
+    ok = [v for v in values if v == v]
+    return statistics.median(ok) if ok else float("nan")
+
+
+def _ratio(a: list[float], b: list[float]) -> str:
+    """Median of the per-round ratios a/b, and its range."""
+    ratios = [x / y for x, y in zip(a, b, strict=False) if y and x == x and y == y]
+    if not ratios:
+        return "n/a"
+    return f"{statistics.median(ratios):.3g}x [{min(ratios):.3g}..{max(ratios):.3g}]"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -327,48 +344,54 @@ def main(argv: list[str] | None = None) -> int:
         mib = int(512 * q)
         bw_job = {**base, "kind": "write_bw", "size": MIB, "count": mib, "batch": 4,
                   "batches_in_flight": 2, "pure": False}
-        native_bw, _ = _median(runs, lambda: netio_run(bw_job), "mib_s")
-        pure_bw, _ = _median(1, lambda: netio_run({**bw_job, "pure": True,
-                                                   "count": max(8, mib // 8)}), "mib_s")
-        pair_bw, _ = _median(runs, lambda: udp_pair(4096, mib * 256), "mib_s")
-        iperf_bw, iperf_all = _median(runs, lambda: iperf3_udp(4096, 3 * q + 1), "mib_s")
-        print("\n1 MiB RC WRITE bandwidth [MiB/s]")
-        print(f"  netio soft native      {native_bw:9.1f}")
-        print(f"  netio soft pure        {pure_bw:9.1f}   native/pure {_ratio(native_bw, pure_bw)}")
-        print(f"  sendmmsg/recvmmsg pair {pair_bw:9.1f}   netio/pair {_ratio(native_bw, pair_bw)}")
-        sent = [r["sent_mib_s"] for r in iperf_all if r]
-        sent_median = statistics.median(sent) if sent else float("nan")
-        print(f"  iperf3 -u -l 4096      {iperf_bw:9.1f}   netio/iperf3 "
-              f"{_ratio(native_bw, iperf_bw)}   (received; iperf3 sent {sent_median:.1f})")
+        bw = _rounds(runs, {
+            "native": lambda: netio_run(bw_job),
+            "pure": lambda: netio_run({**bw_job, "pure": True, "count": max(8, mib // 8)}),
+            "pair": lambda: udp_pair(4096, mib * 256),
+            "iperf3": lambda: iperf3_udp(4096, 3 * q + 1),
+        }, "mib_s")
+        print("\n1 MiB RC WRITE bandwidth [MiB/s] (references: what the receiver got)")
+        print(f"  netio soft native      {_med(bw['native']):9.1f}")
+        print(f"  netio soft pure        {_med(bw['pure']):9.1f}   native/pure "
+              f"{_ratio(bw['native'], bw['pure'])}")
+        print(f"  sendmmsg/recvmmsg pair {_med(bw['pair']):9.1f}   netio/pair "
+              f"{_ratio(bw['native'], bw['pair'])}")
+        print(f"  iperf3 -u -b 0 -l 4096 {_med(bw['iperf3']):9.1f}   netio/iperf3 "
+              f"{_ratio(bw['native'], bw['iperf3'])}")
 
     if args.only in (None, "lat"):
         n = int(4000 * q)
         lat_job = {**base, "kind": "latency", "size": 64, "count": n, "pure": False}
-        native_lat, _ = _median(runs, lambda: netio_run(lat_job), "one_way_us")
-        pure_lat, _ = _median(1, lambda: netio_run({**lat_job, "pure": True}), "one_way_us")
-        sp_lat, _ = _median(runs, lambda: sockperf_latency(3 * q + 1), "x")
+        lat = _rounds(runs, {
+            "native": lambda: netio_run(lat_job),
+            "pure": lambda: netio_run({**lat_job, "pure": True}),
+            "sockperf": lambda: {"one_way_us": sockperf_latency(3 * q + 1) or float("nan")},
+        }, "one_way_us")
         print("\n64 B SEND latency, half round trip [us] (netio: median; sockperf: its avg)")
-        print(f"  netio soft native      {native_lat:9.1f}")
-        print(f"  netio soft pure        {pure_lat:9.1f}   pure/native "
-              f"{_ratio(pure_lat, native_lat)}")
-        print(f"  sockperf ping-pong UDP {sp_lat:9.1f}   netio/sockperf "
-              f"{_ratio(native_lat, sp_lat)}")
+        print(f"  netio soft native      {_med(lat['native']):9.1f}")
+        print(f"  netio soft pure        {_med(lat['pure']):9.1f}   native/pure "
+              f"{_ratio(lat['native'], lat['pure'])}")
+        print(f"  sockperf ping-pong UDP {_med(lat['sockperf']):9.1f}   netio/sockperf "
+              f"{_ratio(lat['native'], lat['sockperf'])}")
 
     if args.only in (None, "rate"):
         n = int(40000 * q)
         rate = {**base, "size": 64, "count": n, "batch": 256, "batches_in_flight": 4}
-        w_nat, _ = _median(runs, lambda: netio_run({**rate, "kind": "write_rate",
-                                                    "pure": False}), "msg_s")
-        s_nat, _ = _median(runs, lambda: netio_run({**rate, "kind": "send_rate",
-                                                    "pure": False}), "msg_s")
-        w_pure, _ = _median(1, lambda: netio_run({**rate, "kind": "write_rate",
-                                                  "pure": True}), "msg_s")
-        pair_rate, _ = _median(runs, lambda: udp_pair(64, n * 20), "msg_s")
-        print("\n64 B message rate, batches of 256 [messages/s]")
-        print(f"  netio WRITE native     {w_nat:11.0f}   netio/pair {_ratio(w_nat, pair_rate)}")
-        print(f"  netio SEND native      {s_nat:11.0f}   netio/pair {_ratio(s_nat, pair_rate)}")
-        print(f"  netio WRITE pure       {w_pure:11.0f}   native/pure {_ratio(w_nat, w_pure)}")
-        print(f"  sendmmsg/recvmmsg pair {pair_rate:11.0f}   (64 B datagrams)")
+        mr = _rounds(runs, {
+            "write": lambda: netio_run({**rate, "kind": "write_rate", "pure": False}),
+            "send": lambda: netio_run({**rate, "kind": "send_rate", "pure": False}),
+            "write_pure": lambda: netio_run({**rate, "kind": "write_rate", "pure": True,
+                                             "count": n // 4}),
+            "pair": lambda: udp_pair(64, n * 20),
+        }, "msg_s")
+        print("\n64 B message rate, posted in batches of 256 [messages/s]")
+        print(f"  netio WRITE native     {_med(mr['write']):11.0f}   netio/pair "
+              f"{_ratio(mr['write'], mr['pair'])}")
+        print(f"  netio SEND native      {_med(mr['send']):11.0f}   netio/pair "
+              f"{_ratio(mr['send'], mr['pair'])}")
+        print(f"  netio WRITE pure       {_med(mr['write_pure']):11.0f}   native/pure "
+              f"{_ratio(mr['write'], mr['write_pure'])}")
+        print(f"  sendmmsg/recvmmsg pair {_med(mr['pair']):11.0f}   (64 B datagrams)")
 
     if args.only in (None, "zero"):
         r = netio_run({**base, "kind": "zero_copy", "size": 4 * MIB, "count": 1, "pure": False,
