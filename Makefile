@@ -17,6 +17,7 @@ $(STAMP): $(SOURCES)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "scikit-build-core>=0.10" "cffi>=1.16"
 	$(PY) -m pip install -q --no-build-isolation -e '.[test]'
+	tools/link-pyverbs $(VENV)
 	touch $(STAMP)
 
 # netio-analyze exits 1 when it finds a PFC storm, which the demo scenario has.

@@ -1,26 +1,30 @@
-"""Benchmark netio-analyze on generated mixed RoCE/PFC captures, against tshark.
+"""Benchmark netio-analyze over a matrix of capture shapes, against tshark on the same files.
 
-    .venv/bin/python bench/bench_analyze.py [--packets 10000000] [--full-packets 1000000]
-                                            [--repeat 3] [--workdir DIR] [--keep]
+    .venv/bin/python bench/bench_analyze.py [--packets 1000000] [--repeat 1]
+                                            [--shapes A,B,...] [--big] [--workdir DIR]
 
-Generates with the scenario generator (``netio.analyze.presets.bench_dict``:
-24 QPs, bulk and small RDMA WRITEs, SENDs and READs at 4 KiB and 1 KiB MTU,
-ACKs, ECN/CNP, losses with go-back-N, RNR NAKs, PFC pauses and a PFC storm):
+Each shape (``bench/capture_shapes.py``; RC SEND/ACK traffic and PFC
+XOFF/XON pairs, written with numpy) is generated once, then analysed in this
+run, each command a fresh process pinned to one CPU (``--no-pin`` to let
+netio's worker pool use every CPU for the 64-capture shape):
 
-- A: ``--packets`` packets with a 128-byte snap length (headers only, as
-  fabric captures usually are),
-- A/10 and A/100: the same scenario ten and a hundred times smaller (for
-  the memory claim),
-- B: ``--full-packets`` packets captured whole (snap length 65535; every
-  ICRC is then verified too).
+- netio: ``netio-analyze --json FILES`` (end to end: interpreter start,
+  imports, analysis, streamed JSON). The interpreter start with the
+  analyzer's imports is measured on its own and shown separately.
+- tshark io: ``tshark -r FILE -q -z io,stat,0`` (reads and dissects every
+  frame, counts them: less work than netio does);
+- tshark conv: ``tshark -r FILE -q -z conv,udp`` (per-conversation
+  statistics: comparable to netio's per-flow counters);
+- tshark expert: ``tshark -r FILE -q -z expert`` (expert analysis, tshark's
+  closest to netio's PSN/retransmission checks).
+For 64 captures tshark runs once per file and the times add up.
 
-Then, in the same run, each side ``--repeat`` times as a subprocess pinned to
-one CPU: ``netio-analyze --json FILE`` (end to end: interpreter start, imports,
-the whole analysis, JSON rendering and writing), and ``tshark -r FILE -q -z
-io,stat,0`` on the same file. Prints medians (and every run), packets/s, the
-ratio tshark/netio, each child's peak RSS (``ru_maxrss`` from ``wait4``), and
-checks that both count the same packets. The claims are the ratios measured
-here, not absolute numbers.
+Printed per shape: packets/s, CPU seconds, peak RSS, and the ratio of each
+tshark run's CPU time to netio's (CPU time, because other processes share
+this machine: wall times are shown too). Memory per flow is the growth of
+netio's peak RSS from the 24-flow shape to the 100,000-flow shape divided by
+the extra flows. ``--big`` adds the 10,000,000-packet headers-only shapes.
+The claims are the ratios measured here, not absolute numbers.
 """
 
 from __future__ import annotations
@@ -28,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -38,6 +41,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from capture_shapes import Shape, write_shape
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,45 +71,11 @@ for line in sys.stdin:
 
 
 @dataclass(frozen=True)
-class Capture:
-    label: str
-    path: Path
-    packets: int
-    snaplen: int
-    generate_s: float
-
-
-@dataclass(frozen=True)
 class Run:
     wall_s: float
     cpu_s: float
     max_rss_kib: int
     stdout: str
-
-
-def _generate(n: int, snaplen: int, out: Path, label: str) -> Capture:
-    from netio.analyze.presets import bench_dict
-    from netio.analyze.scenario import generate, scenario_from_dict
-
-    t = time.perf_counter()
-    g = generate(scenario_from_dict(bench_dict(n, snaplen=snaplen)), out, truth=False)
-    return Capture(label, g.captures[0], g.packets, snaplen, time.perf_counter() - t)
-
-
-def _frame_sizes(path: Path) -> str:
-    """Wire and captured frame sizes of a capture (from the native scan)."""
-    import numpy as np
-
-    from netio.pcap.scan import CaptureScanner, ScanColumns
-
-    with CaptureScanner(str(path)) as sc:
-        cols = ScanColumns.concatenate(list(sc.chunks()))
-    orig = cols.orig_len.astype(np.int64)
-    cap = cols.caplen.astype(np.int64)
-    big = float(np.mean(orig >= 1024)) * 100
-    return (f"frames on the wire min {orig.min()} / median {int(np.median(orig))} / mean "
-            f"{orig.mean():.0f} / max {orig.max()} B ({big:.0f}% of them >= 1 KiB), "
-            f"{cap.mean():.0f} B captured per frame on average")
 
 
 class Launcher:
@@ -132,76 +103,64 @@ class Launcher:
         self.proc.wait()
 
 
-def _per_flow_bound_kib() -> float:
-    """The most analysis state one flow direction can hold (netio.analyze.flows' bounds):
-    3 kinds of latency samples (kept in C, copied once for the report), 2 lists of open
-    gaps, 2 of waiting requests, counters."""
-    from netio.analyze.flows import COUNTERS, MAX_MISSING, MAX_PENDING, MAX_SAMPLES, OPCODE_SLOTS
-
-    samples = 3 * (MAX_SAMPLES + 1) * 8 * 2
-    lists = 2 * MAX_MISSING * 16 + 2 * MAX_PENDING * 16
-    counters = (len(COUNTERS) + OPCODE_SLOTS + 32) * 8 + 256
-    return (samples + lists + counters) / 1024
-
-
 def _netio_argv() -> list[str]:
     exe = shutil.which("netio-analyze", path=str(Path(sys.executable).parent))
     return [exe] if exe else [sys.executable, "-m", "netio.cli.analyze"]
 
 
-def _median(runs: Sequence[Run]) -> float:
-    return statistics.median(r.wall_s for r in runs)
+def _shapes(n: int, big: bool) -> dict[str, tuple[Shape, int]]:
+    """label -> (shape of each file, number of files)."""
+    def pauses(k: int) -> int:  # control frames at most a fifth of the packets
+        return min(k, n // 10)
+
+    out = {
+        "A few flows": (Shape(n, 24, 1, 1, 128), 1),
+        "B many flows": (Shape(n, min(100_000, n // 5), 1, 1, 128), 1),
+        "C toggling port": (Shape(n, 24, pauses(10_000), 1, 128), 1),
+        "D many pauses": (Shape(n, 24, pauses(100_000), 256, 128), 1),
+        "E whole frames": (Shape(n, 24, 1, 1, 65535), 1),
+        "F 64 captures": (Shape(max(1000, n // 64), 24, 16, 4, 128), 64),
+    }
+    if big:
+        out["G 10M few flows"] = (Shape(10 * n, 24, 1, 1, 128), 1)
+        out["H 10M many flows"] = (Shape(10 * n, 100_000, 1, 1, 128), 1)
+        out["I 10M many pauses"] = (Shape(10 * n, 24, 100_000, 256, 128), 1)
+    return out
 
 
-def _fmt_runs(runs: Sequence[Run]) -> str:
-    return "[" + " ".join(f"{r.wall_s:.2f}" for r in runs) + "]"
+def _write(label: str, shape: Shape, files: int, work: Path) -> list[Path]:
+    d = work / label.split()[0]
+    d.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(files):
+        p = d / f"c{i:02d}.pcap"
+        write_shape(p, shape)
+        paths.append(p)
+    return paths
 
 
-def _tshark_frames(text: str) -> int | None:
-    m = re.search(r"\|\s*[0-9.]+\s*<>\s*[0-9.]+\s*\|\s*(\d+)\s*\|", text)
-    return int(m.group(1)) if m else None
+def _median(runs: Sequence[Run], attr: str) -> float:
+    return statistics.median(getattr(r, attr) for r in runs)
 
 
-def _measure(launcher: Launcher, cap: Capture, repeat: int, cpu: int | None, work: Path,
-             tshark: str | None) -> tuple[list[Run], list[Run]]:
-    out = work / f"{cap.label.replace('/', '_')}.json"
-    netio = [launcher.run([*_netio_argv(), "--json", str(cap.path)], cpu, out)
-             for _ in range(repeat)]
-    doc = json.loads(out.read_text())
-    packets = doc["captures"][0]["packets"]
-    if packets != cap.packets:
-        raise RuntimeError(f"netio-analyze counted {packets} packets, generated {cap.packets}")
-    theirs: list[Run] = []
-    if tshark:
-        theirs = [launcher.run([tshark, "-r", str(cap.path), "-q", "-z", "io,stat,0"], cpu)
-                  for _ in range(repeat)]
-        frames = _tshark_frames(theirs[0].stdout)
-        if frames != packets:
-            raise RuntimeError(f"tshark counted {frames} frames, netio-analyze {packets}")
-    return netio, theirs
-
-
-def _report(cap: Capture, netio: list[Run], theirs: list[Run]) -> None:
-    n = _median(netio)
-    rate = "" if "/" in cap.label else f" = {cap.packets / n / 1e6:.2f} M packets/s"
-    print(f"  {cap.label}: netio-analyze --json {n:.2f} s {_fmt_runs(netio)}{rate} "
-          f"(CPU {statistics.median(r.cpu_s for r in netio):.2f} s, "
-          f"peak RSS {max(r.max_rss_kib for r in netio) / 1024:.0f} MiB)")
-    if theirs:
-        t = _median(theirs)
-        print(f"  {cap.label}: tshark -q -z io,stat,0 {t:.2f} s {_fmt_runs(theirs)} = "
-              f"{cap.packets / t / 1e6:.2f} M packets/s; netio-analyze is {t / n:.1f}x faster "
-              "(same packet count)")
+def _tshark_total(launcher: Launcher, tshark: str, z: str, paths: list[Path], cpu: int | None,
+                  repeat: int) -> Run:
+    runs = []
+    for _ in range(repeat):
+        parts = [launcher.run([tshark, "-r", str(p), "-q", "-z", z], cpu) for p in paths]
+        runs.append(Run(sum(r.wall_s for r in parts), sum(r.cpu_s for r in parts),
+                        max(r.max_rss_kib for r in parts), parts[0].stdout))
+    return min(runs, key=lambda r: r.cpu_s)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--packets", type=int, default=10_000_000,
-                    help="packets of capture A (128-byte snap length)")
-    ap.add_argument("--full-packets", type=int, default=1_000_000,
-                    help="packets of capture B (whole frames); 0 skips it")
-    ap.add_argument("--repeat", type=int, default=3, help="runs of each side (median shown)")
+    ap.add_argument("--packets", type=int, default=1_000_000, help="packets per shape")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each command (best kept)")
+    ap.add_argument("--shapes", help="comma-separated shape letters (default: all)")
+    ap.add_argument("--big", action="store_true", help="add the 10x-packet shapes")
+    ap.add_argument("--no-tshark", action="store_true", help="netio only")
     ap.add_argument("--cpu", type=int, help="CPU to pin the runs to (default: the last allowed)")
     ap.add_argument("--no-pin", action="store_true", help="do not pin the runs to one CPU")
     ap.add_argument("--workdir", help="where to write the captures (default: a temp dir)")
@@ -211,40 +170,55 @@ def main() -> int:
     cpu = None if args.no_pin else (args.cpu if args.cpu is not None
                                     else max(os.sched_getaffinity(0)))
     work = Path(args.workdir or tempfile.mkdtemp(prefix="netio-bench-"))
-    tshark = shutil.which("tshark")
+    tshark = None if args.no_tshark else shutil.which("tshark")
+    env = {"OPENBLAS_NUM_THREADS": "1"}
     try:
-        caps = [_generate(args.packets, 128, work / "a", "A"),
-                _generate(max(1000, args.packets // 10), 128, work / "a10", "A/10"),
-                _generate(max(1000, args.packets // 100), 128, work / "a100", "A/100")]
-        if args.full_packets:
-            caps.append(_generate(args.full_packets, 65535, work / "b", "B"))
-        for c in caps:
-            print(f"capture {c.label}: {c.packets} packets, {c.path.stat().st_size / 1e6:.0f} MB,"
-                  f" snaplen {c.snaplen} B; {_frame_sizes(c.path)} "
-                  f"(generated in {c.generate_s:.1f} s)")
-        where = f"pinned to CPU {cpu}" if cpu is not None else "not pinned"
-        print(f"runs: median of {args.repeat}, each a fresh process {where}; "
-              f"tshark {'found' if tshark else 'NOT FOUND: no ratio'}")
-        results = {}
-        for c in caps:
-            results[c.label] = _measure(launcher, c, args.repeat, cpu, work,
-                                        tshark if "/" not in c.label else None)
-            _report(c, *results[c.label])
-        base = launcher.run([sys.executable, "-c",
-                             "import netio.analyze.engine, netio.analyze.report"], cpu,
-                            env={"OPENBLAS_NUM_THREADS": "1"})  # as netio-analyze runs
-        rss = {c.label: max(r.max_rss_kib for r in results[c.label][0]) / 1024 for c in caps}
-        pk = {c.label: c.packets for c in caps}
-        base_mib = base.max_rss_kib / 1024
-        print("memory (peak RSS of netio-analyze): " + ", ".join(
-            f"{pk[k]} packets {rss[k]:.0f} MiB" for k in ("A/100", "A/10", "A"))
-            + f"; x{rss['A'] / rss['A/10']:.2f} for x{pk['A'] / pk['A/10']:.1f} packets "
-            f"(A/10 -> A). The imports alone take {base_mib:.0f} MiB; the rest is per-flow "
-            "state, bounded per flow (latency samples, open gaps, waiting requests), so it "
-            "stops growing once those bounds are reached: "
-            + " -> ".join(f"{rss[k] - base_mib:.0f}" for k in ("A/100", "A/10", "A"))
-            + f" MiB (bound: {_per_flow_bound_kib():.0f} KiB per flow direction, whatever "
-            "the packet count)")
+        base = min((launcher.run([sys.executable, "-c",
+                                  "import netio.cli.analyze, netio.analyze.engine, "
+                                  "netio.analyze.report"], cpu, env=env)
+                    for _ in range(3)), key=lambda r: r.wall_s)
+        print(f"interpreter start + analyzer imports: {base.wall_s:.2f} s wall, "
+              f"{base.cpu_s:.2f} s CPU, {base.max_rss_kib / 1024:.0f} MiB "
+              f"(included in every netio figure below); tshark "
+              f"{'found' if tshark else 'not run'}; runs "
+              f"{'pinned to CPU ' + str(cpu) if cpu is not None else 'not pinned'}")
+        rss: dict[str, float] = {}
+        for label, (shape, files) in _shapes(args.packets, args.big).items():
+            if args.shapes and label[0] not in args.shapes.split(","):
+                continue
+            t = time.perf_counter()
+            paths = _write(label, shape, files, work)
+            packets = shape.packets * files
+            out = work / "out.json"
+            netio = min((launcher.run([*_netio_argv(), "--json", *map(str, paths)], cpu, out,
+                                      env=env) for _ in range(args.repeat)),
+                        key=lambda r: r.cpu_s)
+            doc = json.loads(out.read_text())
+            got = sum(c["packets"] for c in doc["captures"])
+            if got != packets:
+                raise RuntimeError(f"{label}: netio-analyze counted {got} packets of {packets}")
+            flows = len(doc["flows"])
+            rss[label] = netio.max_rss_kib * 1024
+            print(f"{label}: {files} x {shape.label} ({packets:,} packets, "
+                  f"{sum(p.stat().st_size for p in paths) / 1e6:.0f} MB, generated in "
+                  f"{time.perf_counter() - t:.1f} s), {flows:,} flow entries")
+            print(f"  netio-analyze --json: {netio.wall_s:.2f} s wall, {netio.cpu_s:.2f} s CPU "
+                  f"= {packets / netio.cpu_s / 1e6:.2f} M packets/s end to end "
+                  f"({packets / max(1e-9, netio.cpu_s - base.cpu_s) / 1e6:.2f} M/s without "
+                  f"the start-up), peak RSS {netio.max_rss_kib / 1024:.0f} MiB")
+            if tshark:
+                for name, z in (("io", "io,stat,0"), ("conv", "conv,udp"),
+                                ("expert", "expert")):
+                    r = _tshark_total(launcher, tshark, z, paths, cpu, args.repeat)
+                    print(f"  tshark -z {z:9s} ({name}): {r.wall_s:.2f} s wall, {r.cpu_s:.2f} s "
+                          f"CPU, peak RSS {r.max_rss_kib / 1024:.0f} MiB; netio is "
+                          f"{r.cpu_s / netio.cpu_s:.1f}x faster (CPU)")
+            sys.stdout.flush()
+        if "A few flows" in rss and "B many flows" in rss:
+            many = _shapes(args.packets, False)["B many flows"][0].flows
+            per_flow = (rss["B many flows"] - rss["A few flows"]) / (many - 24)
+            print(f"memory per flow: peak RSS grows {per_flow:.0f} bytes per flow from 24 to "
+                  f"{many:,} flows (same packet count)")
     finally:
         launcher.close()
         if not args.keep:

@@ -13,7 +13,7 @@
  * Python statement of the same rules (its docstring is the specification);
  * tests/test_analyze_flows.py proves that both give identical results.
  * Memory is O(flows): every per-flow list (open PSN gaps, requests awaiting
- * an ACK or a READ response, latency samples) is bounded.
+ * an ACK or a READ response, latency sketches) is bounded.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -232,30 +232,84 @@ static void pr_pop_front(pairs_t *p) {
     if (--p->len == 0) p->start = 0;
 }
 
-/* Every k-th value, k doubling whenever more than NETIO_FLOW_MAX_SAMPLES are kept. */
+/* Latency sketch (netio.analyze.sketch is the reference and states the error
+ * bound): counts of at most NETIO_SKETCH_MAX_BINS consecutive log-linear
+ * buckets (NETIO_SKETCH_SUB_BITS mantissa bits per octave), the lowest
+ * folding into the lowest kept one; exact count, min and max. */
 typedef struct {
-    int64_t *v;
-    uint32_t len, cap;
-    int64_t count, stride;
-} samples_t;
+    int64_t *bins;
+    int64_t count, min, max;
+    int32_t lo;
+    uint16_t len, cap;
+} sketch_t;
 
-static int samples_add(samples_t *s, int64_t value) {
-    if (s->stride == 0) s->stride = 1;
-    if (s->count++ % s->stride != 0) return 0;
-    if (s->len == s->cap) { /* grows to NETIO_FLOW_MAX_SAMPLES + 1 at most */
-        uint32_t nc = s->cap ? 2 * s->cap : 16;
-        if (nc > NETIO_FLOW_MAX_SAMPLES + 1) nc = NETIO_FLOW_MAX_SAMPLES + 1;
-        int64_t *nv = realloc(s->v, nc * sizeof *nv);
-        if (!nv) return -1;
-        s->v = nv;
-        s->cap = nc;
+static inline int32_t sketch_index(int64_t v) {
+    if (v < 0) v = 0;
+    if (v < (1 << NETIO_SKETCH_SUB_BITS)) return (int32_t)v;
+    int e = 63 - __builtin_clzll((uint64_t)v);
+    return (int32_t)((e - NETIO_SKETCH_SUB_BITS + 1) * (1 << NETIO_SKETCH_SUB_BITS) +
+                     ((v >> (e - NETIO_SKETCH_SUB_BITS)) - (1 << NETIO_SKETCH_SUB_BITS)));
+}
+
+static int sketch_room(sketch_t *s, uint32_t need) {
+    if (need <= s->cap) return 0;
+    uint32_t nc = s->cap ? 2u * s->cap : 16u;
+    while (nc < need) nc *= 2;
+    if (nc > NETIO_SKETCH_MAX_BINS) nc = NETIO_SKETCH_MAX_BINS;
+    int64_t *nb = realloc(s->bins, nc * sizeof *nb);
+    if (!nb) return -1;
+    s->bins = nb;
+    s->cap = (uint16_t)nc;
+    return 0;
+}
+
+static int sketch_add(sketch_t *s, int64_t v) {
+    int32_t i = sketch_index(v);
+    if (s->count == 0) {
+        s->min = s->max = v;
+    } else {
+        if (v < s->min) s->min = v;
+        if (v > s->max) s->max = v;
     }
-    s->v[s->len++] = value;
-    if (s->len > NETIO_FLOW_MAX_SAMPLES) {
-        for (uint32_t i = 0; 2 * i < s->len; i++) s->v[i] = s->v[2 * i];
-        s->len = (s->len + 1) / 2;
-        s->stride *= 2;
+    s->count++;
+    if (s->len == 0) {
+        if (sketch_room(s, 1) < 0) return -1;
+        s->lo = i;
+        s->len = 1;
+        s->bins[0] = 1;
+        return 0;
     }
+    int32_t hi = s->lo + s->len - 1;
+    if (i > hi) {
+        int64_t want = (int64_t)s->len + (i - hi);
+        if (want > NETIO_SKETCH_MAX_BINS) {
+            int64_t cut = want - NETIO_SKETCH_MAX_BINS; /* buckets lo .. lo+cut fold */
+            int64_t folded = 0;
+            for (int64_t k = 0; k <= cut && k < s->len; k++) folded += s->bins[k];
+            int64_t keep = s->len > cut + 1 ? s->len - (cut + 1) : 0;
+            if (keep) memmove(s->bins + 1, s->bins + cut + 1, (size_t)keep * sizeof(int64_t));
+            s->bins[0] = folded;
+            s->len = (uint16_t)(1 + keep);
+            s->lo += (int32_t)cut;
+            want = NETIO_SKETCH_MAX_BINS;
+        }
+        if (sketch_room(s, (uint32_t)want) < 0) return -1;
+        memset(s->bins + s->len, 0, (size_t)(want - s->len) * sizeof(int64_t));
+        s->len = (uint16_t)want;
+    } else if (i < s->lo) {
+        int32_t new_lo = hi - NETIO_SKETCH_MAX_BINS + 1;
+        if (i > new_lo) new_lo = i;
+        int32_t add = s->lo - new_lo;
+        if (add > 0) {
+            if (sketch_room(s, (uint32_t)(s->len + add)) < 0) return -1;
+            memmove(s->bins + add, s->bins, s->len * sizeof(int64_t));
+            memset(s->bins, 0, (size_t)add * sizeof(int64_t));
+            s->len = (uint16_t)(s->len + add);
+            s->lo = new_lo;
+        }
+        if (i < s->lo) i = s->lo;
+    }
+    s->bins[i - s->lo]++;
     return 0;
 }
 
@@ -278,7 +332,7 @@ typedef struct {
     pairs_t missing, rr_missing; /* open gaps [lo, hi], ascending */
     pairs_t pend_ack;            /* (PSN, ts) of AckReq requests, by PSN */
     pairs_t pend_read;           /* (raw PSN, ts) of READ REQUESTs, in arrival order */
-    samples_t lat[3];            /* ACK latency, READ latency, CNP reaction */
+    sketch_t lat[3];              /* ACK latency, READ latency, CNP reaction */
     int64_t unanswered_ts, last_cnp_ts;
     int64_t cur_bin, cur_bytes;  /* data bytes of the open interval */
     int64_t bin_lo, bin_hi;      /* its time range */
@@ -371,7 +425,7 @@ static void flow_release(flow_t *f) {
     free(f->rr_missing.v);
     free(f->pend_ack.v);
     free(f->pend_read.v);
-    for (int i = 0; i < 3; i++) free(f->lat[i].v);
+    for (int i = 0; i < 3; i++) free(f->lat[i].bins);
 }
 
 void netio_analyzer_free(netio_analyzer *a) {
@@ -496,8 +550,8 @@ static int gap_fill(netio_analyzer *a, pairs_t *m, int64_t p) {
     return 1;
 }
 
-static inline void sample(netio_analyzer *a, samples_t *s, int64_t v) {
-    if (samples_add(s, v) < 0) a->oom = 1;
+static inline void sample(netio_analyzer *a, sketch_t *s, int64_t v) {
+    if (sketch_add(s, v) < 0) a->oom = 1;
 }
 
 /* Request packet: PSN state machine; returns 1 for a duplicate. */
@@ -827,13 +881,31 @@ void netio_analyzer_export(const netio_analyzer *a, uint64_t *keys, int64_t *cou
     }
 }
 
-size_t netio_analyzer_samples(const netio_analyzer *a, size_t fid, int which, int64_t *out,
-                              int64_t *count) {
-    if (fid >= a->flows_kt.len || which < 0 || which > 2) { *count = 0; return 0; }
-    const samples_t *s = &a->flows[fid].lat[which];
-    if (s->len) memcpy(out, s->v, s->len * sizeof(int64_t));
-    *count = s->count;
-    return s->len;
+size_t netio_analyzer_sketches(const netio_analyzer *a, int64_t *headers) {
+    size_t total = 0;
+    for (size_t i = 0; i < a->flows_kt.len; i++) {
+        for (int k = 0; k < 3; k++) {
+            const sketch_t *s = &a->flows[i].lat[k];
+            int64_t *h = headers + 5 * (3 * i + (size_t)k);
+            h[0] = s->lo;
+            h[1] = s->len;
+            h[2] = s->count;
+            h[3] = s->min;
+            h[4] = s->max;
+            total += s->len;
+        }
+    }
+    return total;
+}
+
+void netio_analyzer_sketch_bins(const netio_analyzer *a, int64_t *out) {
+    for (size_t i = 0; i < a->flows_kt.len; i++) {
+        for (int k = 0; k < 3; k++) {
+            const sketch_t *s = &a->flows[i].lat[k];
+            if (s->len) memcpy(out, s->bins, s->len * sizeof(int64_t));
+            out += s->len;
+        }
+    }
 }
 
 size_t netio_analyzer_series_len(const netio_analyzer *a, int which) {

@@ -139,7 +139,7 @@ enum netio_opflag {
     NETIO_OPF_ENDS_MESSAGE = 128, NETIO_OPF_AETH = 256, NETIO_OPF_CNP = 512
 };
 enum netio_flow_limits {
-    NETIO_FLOW_MAX_SAMPLES = 16384, NETIO_FLOW_MAX_MISSING = 4096,
+    NETIO_SKETCH_SUB_BITS = 4, NETIO_SKETCH_MAX_BINS = 512, NETIO_FLOW_MAX_MISSING = 4096,
     NETIO_FLOW_MAX_PENDING = 1024, NETIO_FLOW_OPCODE_SLOTS = 64
 };
 enum netio_flow_filter_bits {
@@ -186,10 +186,13 @@ size_t netio_analyzer_flows(const netio_analyzer *a);
  * opcode counts and 32 NAK counts (by NAK code). */
 void netio_analyzer_export(const netio_analyzer *a, uint64_t *keys, int64_t *counters,
                            uint64_t *opcodes, int64_t *naks);
-/* Kept samples (which: 0 ACK latency, 1 READ latency, 2 CNP reaction, ns) of
- * one flow into out (room for NETIO_FLOW_MAX_SAMPLES); *count: all samples seen. */
-size_t netio_analyzer_samples(const netio_analyzer *a, size_t fid, int which, int64_t *out,
-                              int64_t *count);
+/* Latency sketches (0 ACK latency, 1 READ latency, 2 CNP reaction, ns; see
+ * netio.analyze.sketch): per flow and kind, 5 values (lowest bucket, bucket
+ * count, sample count, min, max) into headers (room for 15 per flow); returns
+ * the total bucket count, which netio_analyzer_sketch_bins writes into out in
+ * the same order. */
+size_t netio_analyzer_sketches(const netio_analyzer *a, int64_t *headers);
+void netio_analyzer_sketch_bins(const netio_analyzer *a, int64_t *out);
 /* Series entries (which: 0 data bytes per (flow, interval), 1 CE marks, 2
  * CNPs per interval) as (flow or -1, interval, value) triples, unsorted. */
 size_t netio_analyzer_series_len(const netio_analyzer *a, int which);

@@ -242,3 +242,45 @@ class LocalError(OperationError):
 class FlushedError(OperationError):
     """WR_FLUSH_ERR: the request was flushed because the endpoint entered the error
     state or was closed before it finished."""
+
+
+class ModelInputError(NetioError, ValueError):
+    """A netio-model input (system, model or execution file, or a preset) is invalid:
+    an unknown, missing or wrongly typed key, or a value out of range.
+
+    ``key`` is the dotted key (``accelerator.memory_bytes``; empty when the whole file
+    is at fault), ``path`` the file or preset name.
+    """
+
+    def __init__(self, key: str, reason: str, *, path: str | None = None) -> None:
+        self.key = key
+        self.reason = reason
+        self.path = path
+        where = f"{path}: " if path else ""
+        super().__init__(f"{where}{key}: {reason}" if key else f"{where}{reason}")
+
+
+class FabricProfileError(ModelInputError):
+    """A netio fabric profile (``netio bench --profile``) is invalid; ``key`` and ``path``
+    as for ModelInputError."""
+
+
+class VerbsError(IoError):
+    """A verbs call (``ibv_*``, through pyverbs) failed. ``call`` names it, ``errno`` is
+    the error number it returned (0 where rdma-core gave none)."""
+
+    def __init__(self, call: str, message: str, *, errno_value: int = 0,
+                 hint: str = "") -> None:
+        import errno as errno_mod
+        import os
+
+        self.call = call
+        self.errno = errno_value
+        code = (f" [{errno_mod.errorcode.get(errno_value, '?')} ({errno_value}): "
+                f"{os.strerror(errno_value)}]" if errno_value > 0 else "")
+        super().__init__(f"{call}: {message}{code}", hint=hint)
+
+
+class ClusterError(NetioError):
+    """The analysis cluster (``netio-analyze --dask-scheduler``) cannot be used: Dask is
+    not installed, or the scheduler cannot be reached."""

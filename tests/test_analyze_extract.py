@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from netio import native
 from netio.analyze.columns import Flag, Kind, PacketColumns
 from netio.analyze.extract import FlowIndex, extract_native, extract_reference
-from netio.analyze.presets import small_dict
-from netio.analyze.scenario import generate, scenario_from_dict
 from netio.pcap.scan import CaptureScanner, ScanColumns
+from netio.scenario import generate, scenario_from_dict
+from netio.scenario.presets import small_dict
 from netio.wire.bth import OPCODE_TABLE, Bth, ExtHeader, Opcode
 from netio.wire.ethernet import Vlan
 from netio.wire.ext import Aeth, Reth

@@ -17,9 +17,9 @@ import pytest
 from netio.analyze.engine import analyze
 from netio.analyze.findings import SEVERITIES, findings, percent, plural, t_s
 from netio.analyze.options import AnalysisOptions
-from netio.analyze.presets import small_dict
 from netio.analyze.report import to_text
-from netio.analyze.scenario import generate, scenario_from_dict
+from netio.scenario import generate, scenario_from_dict
+from netio.scenario.presets import small_dict
 
 ECN = {"ect_packets": 0, "ce_packets": 0, "cnps": 0, "cnp_reaction_s": None,
        "cnp_rate_violations": 0, "fecn_packets": 0, "becn_packets": 0}

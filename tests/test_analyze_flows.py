@@ -13,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 import itertools
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,6 @@ from netio.analyze.flows import (
     COUNTERS,
     MAX_MISSING,
     MAX_PENDING,
-    MAX_SAMPLES,
     OPCODE_SLOTS,
     FlowReference,
     FlowResults,
@@ -38,10 +38,11 @@ from netio.analyze.flows import (
     analyzer_config,
 )
 from netio.analyze.options import AnalysisOptions, FlowFilter
-from netio.analyze.presets import small_dict
-from netio.analyze.scenario import generate, scenario_from_dict
+from netio.analyze.sketch import MAX_BINS, SUB_BITS, LatencySketch
 from netio.pcap import PcapWriter
 from netio.pcap.scan import CaptureScanner, ScanColumns
+from netio.scenario import generate, scenario_from_dict
+from netio.scenario.presets import small_dict
 from netio.wire.bth import Bth, Opcode
 from netio.wire.ethernet import Vlan
 from netio.wire.ext import Aeth, Reth
@@ -124,9 +125,29 @@ def test_constants_match_the_c_enums() -> None:
         assert getattr(lib, f"NETIO_FC_{name.upper()}") == i, name
     for flag in OpFlag:
         assert getattr(lib, f"NETIO_OPF_{flag.name}") == flag.value
-    assert (MAX_SAMPLES, MAX_MISSING, MAX_PENDING, OPCODE_SLOTS) == (
-        lib.NETIO_FLOW_MAX_SAMPLES, lib.NETIO_FLOW_MAX_MISSING, lib.NETIO_FLOW_MAX_PENDING,
-        lib.NETIO_FLOW_OPCODE_SLOTS)
+    assert (SUB_BITS, MAX_BINS, MAX_MISSING, MAX_PENDING, OPCODE_SLOTS) == (
+        lib.NETIO_SKETCH_SUB_BITS, lib.NETIO_SKETCH_MAX_BINS, lib.NETIO_FLOW_MAX_MISSING,
+        lib.NETIO_FLOW_MAX_PENDING, lib.NETIO_FLOW_OPCODE_SLOTS)
+
+
+def _spec_bucket(v: int) -> int:
+    """The sketch's bucket of v as its docstring defines it: below 16 one bucket per
+    value; above, octave e = floor(log2 v) cut into 16 equal parts, counted from 16."""
+    if v < 16:
+        return v
+    e = math.floor(math.log2(v))
+    return 16 * (e - 3) + math.floor((v / 2**e - 1) * 16)
+
+
+def _spec_buckets(values: list[int]) -> tuple[int, int, int, list[int]]:
+    return len(values), min(values), max(values), sorted(_spec_bucket(v) for v in values)
+
+
+def _latencies(sk: LatencySketch | None) -> tuple[int, int, int, list[int]]:
+    """count, min, max and the bucket of every sample, ascending."""
+    assert sk is not None
+    buckets = [sk.lo_index + i for i, n in enumerate(sk.bins.tolist()) for _ in range(n)]
+    return sk.count, sk.min_ns, sk.max_ns, buckets
 
 
 def _c(r: FlowResults, fid: int, *names: str) -> list[int]:
@@ -182,8 +203,7 @@ def test_read_request_span_and_read_response_duplicates() -> None:
     assert _c(r, req, "gaps", "requests") == [1, 3]  # 117..199 skipped by the second READ
     assert _c(r, resp, "rr_packets", "rr_gaps", "rr_gap_packets", "rr_dups", "rr_ooo") == [
         8, 2, 11, 1, 1]
-    lat, count = r.sample(req, "read")
-    assert count == 2 and lat.tolist() == [2000, 1000]
+    assert _latencies(r.sketch(req, "read")) == _spec_buckets([2000, 1000])
     assert int(r.c["data_payload"][resp]) == 6 * 256 + 1  # the duplicate is not data
 
 
@@ -202,8 +222,7 @@ def test_ack_latency_follows_the_psn_order_of_first_copies() -> None:
     pk.append({"hosts": 1, "qp": 0x10, "op": Op.RC_ACKNOWLEDGE, "psn": 4, "syn": 0,
                "ts": next(t)})
     r = both(columns(pk))
-    lat, count = r.sample(0, "ack")
-    assert count == 4 and lat.tolist() == [4000, 1000, 6000, 5000]
+    assert _latencies(r.sketch(0, "ack")) == _spec_buckets([4000, 1000, 6000, 5000])
     assert r.naks[1].tolist()[1] == 1 and _c(r, 1, "naks", "rnr", "rnr_codes") == [
         1, 1, 1 << 14]
 
@@ -223,8 +242,8 @@ def test_cnp_reaction_violations_and_pairing_by_psn() -> None:
     r = both(columns(pk), cuts=[5])
     q20, q21, a11, a10 = range(4)
     assert r.pair(a11) == q21 and r.pair(a10) == q20
-    delays, count = r.sample(q20, "cnp")
-    assert count == 1 and delays.tolist() == [(21 - 4) * 10_000]  # from the first CE
+    # from the first CE:
+    assert _latencies(r.sketch(q20, "cnp")) == _spec_buckets([(21 - 4) * 10_000])
     assert _c(r, a10, "cnps", "cnp_violations", "becn") == [2, 1, 1]
     assert _c(r, q20, "ce") == [2] and int(r.ce_series.sum()) == 2
 
@@ -239,8 +258,8 @@ def test_ipv6_flows_are_keyed_on_full_addresses() -> None:
 
 
 def test_bounds_keep_memory_per_flow() -> None:
-    """Past MAX_MISSING gaps, MAX_PENDING waits and MAX_SAMPLES samples both agree."""
-    n = 2 * MAX_SAMPLES + 10
+    """Past MAX_MISSING gaps and MAX_PENDING waits both agree; latencies in a sketch."""
+    n = 2 * MAX_MISSING + 10
     psn = np.arange(n, dtype=np.int64) * 2  # every other PSN lost: a gap per packet
     cols = PacketColumns.empty(2 * n + 2 * MAX_PENDING + 50)
     k = 0
@@ -263,8 +282,9 @@ def test_bounds_keep_memory_per_flow() -> None:
     r = both(cols.take(slice(0, k)), cuts=[1000, n, n + 7])
     assert _c(r, 0, "gaps") == [n - 1]
     assert _c(r, 0, "dups", "ooo") == [2, 1]
-    lat, count = r.sample(0, "ack")
-    assert count == n and lat.size <= MAX_SAMPLES and set(lat.tolist()) == {3}
+    lat = r.sketch(0, "ack")
+    assert lat is not None and lat.count == n and (lat.min_ns, lat.max_ns) == (3, 3)
+    assert lat.bins.tolist() == [n] and lat.lo_index == 3  # values below 16 are exact
 
 
 _OPS = [Op.RC_SEND_FIRST, Op.RC_SEND_MIDDLE, Op.RC_SEND_LAST, Op.RC_SEND_ONLY,
@@ -349,7 +369,7 @@ def test_long_random_streams_agree(seed: int) -> None:
     seen = {name for name in COUNTERS if int(r.c[name].max(initial=0)) > 0}
     assert {"gaps", "dups", "ooo", "rr_gaps", "rr_dups", "rr_ooo", "naks", "rnr",
             "cnp_violations"} <= seen
-    assert {kind for _, kind in r.samples} == {"ack", "read", "cnp"}
+    assert {kind for _, kind in r.sketches} == {"ack", "read", "cnp"}
 
 
 # ------------------------------------------------------------- whole captures
@@ -449,3 +469,23 @@ def test_ipv6_capture_end_to_end(tmp_path: Path) -> None:
     assert [f["reverse"]["packets"] for f in analyze(
         [str(path)], AnalysisOptions(flow=FlowFilter(v6[0], v6[1], 0x12, ipv6=True)))["flows"]
     ] == [1]  # the ACK, whatever its QP
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.integers(0, 1 << 42), min_size=1, max_size=300))
+def test_latency_sketches_agree_and_fold_alike(delays: list[int]) -> None:
+    # One request and its ACK after each delay: ACK latency = delay, over up to 42
+    # octaves, so the C sketch and the reference both fold their lowest buckets.
+    packets: list[dict[str, Any]] = []
+    ts = ORIGIN
+    for i, d in enumerate(delays):
+        packets.append({"qp": 0x20, "op": Op.RC_SEND_ONLY, "psn": i, "ts": ts,
+                        "flags": Flag.ACK_REQ})
+        packets.append({"hosts": 1, "qp": 0x10, "op": Op.RC_ACKNOWLEDGE, "psn": i,
+                        "ts": ts + d})
+        ts += d + 1
+    r = both(columns(packets), cuts=[len(packets) // 2])
+    sk = r.sketch(0, "ack")
+    assert sk is not None and (sk.count, sk.min_ns, sk.max_ns) == (
+        len(delays), min(delays), max(delays))
+    assert len(sk.bins) <= MAX_BINS and int(sk.bins.sum()) == len(delays)

@@ -30,9 +30,9 @@ from netio.analyze.plots import (
     window_steps,
     write_plots,
 )
-from netio.analyze.presets import small_dict
-from netio.analyze.scenario import generate, scenario_from_dict
 from netio.pcap import PcapWriter
+from netio.scenario import generate, scenario_from_dict
+from netio.scenario.presets import small_dict
 from netio.wire.bth import Bth, Opcode
 from netio.wire.ext import Reth
 from netio.wire.packet import build_roce_frame

@@ -81,20 +81,20 @@ def test_truncated_capture_warns_and_exits_1(tmp_path: Path,
     assert err.count("\n") == 1 and "record 199" in err and "byte offset" in err
 
 
-def test_not_a_capture_is_one_line_and_exit_2(tmp_path: Path,
+def test_not_a_capture_is_one_line_and_exit_3(tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "junk.pcap"
     path.write_bytes(b"this is not a capture file at all")
     code, out, err = _run(capsys, str(path))
-    assert code == 2
+    assert code == 3  # the table's "no input could be used", as netio-analyze says it
     assert out == ""
     assert err.startswith("netio decode: ") and err.count("\n") == 1 and str(path) in err
 
 
-def test_missing_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
+def test_missing_file_is_one_line_and_exit_3(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "netio.cli.main", "decode",
                            str(tmp_path / "nope.pcap")], capture_output=True, text=True)
-    assert proc.returncode == 2
+    assert proc.returncode == 3
     assert proc.stdout == ""
     assert "nope.pcap" in proc.stderr and proc.stderr.count("\n") == 1
     assert "Traceback" not in proc.stderr
@@ -153,3 +153,25 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path) -> None:
         writer.join(30)
     assert proc.returncode == 130
     assert err == "netio decode: interrupted\n"
+
+
+def test_snaplen_cut_payload_is_marked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from netio.wire.bth import Bth, Opcode
+    from netio.wire.packet import build_roce_frame
+
+    frame = build_roce_frame(
+        src_mac=parse_mac("02:00:00:00:00:01"), dst_mac=parse_mac("02:00:00:00:00:02"),
+        src_ip="10.0.0.1", dst_ip="10.0.0.2", src_port=50000,
+        bth=Bth(Opcode.RC_SEND_ONLY, dest_qp=0x22, psn=5), payload=bytes(1024))
+    path = tmp_path / "cut.pcap"
+    with PcapWriter(path, snaplen=128) as writer:
+        writer.write(1_000, frame)  # cut to 128 bytes, 1090 on the wire
+        writer.write(2_000, frame[:-4] + b"\0\0\0\0")  # cut too: same marking
+    whole = tmp_path / "whole.pcap"
+    with PcapWriter(whole) as writer:
+        writer.write(1_000, frame)
+    code, out, _ = _run(capsys, str(path))
+    # 14 Ethernet + 20 IPv4 + 8 UDP + 12 BTH = 54 header bytes: 128 - 54 = 74 kept of 1024.
+    assert code == 0 and out.count("payload=74/1024") == 2 and "ICRC-BAD" not in out
+    code, out, _ = _run(capsys, str(whole))
+    assert code == 0 and "payload=1024\n" in out and "/1024" not in out

@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 from pcap_builders import SAMPLES, Outcome, block, epb, idb, shb
 
 from netio import native
-from netio.analyze.presets import small_dict
-from netio.analyze.scenario import generate, scenario_from_dict
 from netio.errors import CaptureError, CaptureWarning
 from netio.pcap.scan import CaptureScanner, ScanColumns, WindowScanner
+from netio.scenario import generate, scenario_from_dict
+from netio.scenario.presets import small_dict
 
 REF = Path(__file__).parents[1] / ".." / "shared" / "rxe-lab" / "ref-rxe-rc.pcap"
 

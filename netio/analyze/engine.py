@@ -15,23 +15,29 @@ JSON document described in ``netio.analyze.schema``.
 
 from __future__ import annotations
 
+import gc
 import os
 import warnings
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import numpy.typing as npt
 
 from netio import __version__, native
 from netio.analyze.columns import Flag, Kind, PacketColumns
-from netio.analyze.extract import CHUNK_RECORDS, CaptureChunks, c_columns
-from netio.analyze.fairness import fairness, incasts
+from netio.analyze.connections import CmEvent, Connection, cm_events, connections
+from netio.analyze.distribute import Mapper
+from netio.analyze.extract import CHUNK_RECORDS, CaptureChunks, c_columns, count_unsupported
+from netio.analyze.fairness import fairness_bulk, incasts
 from netio.analyze.findings import findings
 from netio.analyze.flows import (
     MAX_SERIES_INTERVALS,
+    SLOT_OPCODE,
     FlowReference,
     FlowResults,
     NativeFlows,
@@ -45,9 +51,12 @@ from netio.analyze.spreading import ASSUMPTIONS, FlowSeen, PauseEvent, build_cha
 from netio.analyze.storms import detect_storms
 from netio.analyze.units import format_ip_int, format_mac_int
 from netio.errors import CaptureError, CaptureWarning
+from netio.pcap.compressed import strip_compression_suffix
+from netio.pcap.format import unsupported_linktype
 from netio.pcap.scan import CaptureScanner, ScanColumns, WindowScanner
 from netio.wire.bth import OPCODE_TABLE
 from netio.wire.ext import NakCode, rnr_timer_s
+from netio.wire.mad import GSI_QP
 
 #: Called after each chunk with (bytes done, bytes total) over all captures.
 Progress = Callable[[int, int], None]
@@ -60,18 +69,28 @@ class CaptureInput:
 
 
 def capture_names(paths: Sequence[str]) -> list[CaptureInput]:
-    """Name each capture by its file stem (made unique with its index if needed)."""
-    stems = [Path(p).stem for p in paths]
+    """Name each capture by its file stem (made unique with its index if needed); a
+    compressed capture's too (``sw1-p1.pcap.gz`` is ``sw1-p1``)."""
+    stems = [Path(strip_compression_suffix(Path(p).name)).stem for p in paths]
     out = []
     for i, (p, s) in enumerate(zip(paths, stems, strict=True)):
         out.append(CaptureInput(s if stems.count(s) == 1 else f"{s}#{i}", p))
     return out
 
 
-def _first_ts(path: str) -> int | None:
+def first_timestamp(path: str) -> int | None:
+    """The first record's timestamp (ns), None when there is none to read. Reads one
+    window (a compressed capture is not decompressed whole)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CaptureWarning)  # reported by the full pass
         try:
+            if native.AVAILABLE:
+                ws = WindowScanner(path, window_bytes=1 << 16)
+                try:
+                    out = ScanColumns.empty(1)
+                    return int(out.ts_ns[0]) if ws.next_batch(out) else None
+                finally:
+                    ws.close()
             with CaptureScanner(path) as sc:
                 for chunk in sc.chunks(1):
                     return int(chunk.ts_ns[0])
@@ -121,8 +140,8 @@ def _filter(cols: PacketColumns, opts: AnalysisOptions, origin: int) -> PacketCo
 
 
 @dataclass(slots=True)
-class _CaptureRun:
-    """What one capture's pass produced."""
+class CaptureRun:
+    """What one capture's pass produced (picklable: it comes back from workers)."""
 
     records: int = 0
     kinds: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(5, np.int64))
@@ -132,49 +151,102 @@ class _CaptureRun:
     scan_warnings: tuple[str, ...] = ()
     queues: list[QueueState] = field(default_factory=list)
     flows: FlowResults | None = None
+    unsupported: dict[int, int] = field(default_factory=dict)  # link type -> records
+    cm: list[CmEvent] = field(default_factory=list)  # CM MADs (connection set-up/tear-down)
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureTask:
+    """One capture's analysis, as sent to a worker (picklable)."""
+
+    capture: CaptureInput
+    opts: AnalysisOptions
+    origin_ns: int
+    use_native: bool
+    chunk_records: int | None = None
+
+
+def run_capture(task: CaptureTask, step: Callable[[int], None] | None = None) -> CaptureRun:
+    """Read and analyse one capture (the map step; runs in any process)."""
+    opts, cap = task.opts, task.capture
+    pa = PauseAnalyzer(cap.name, opts.link_for(cap.name), xon_gap_ns=opts.xon_gap_ns,
+                       xon_storm_ns=opts.xon_storm_ns, priorities=opts.priorities)
+    report = step if step is not None else _ignore
+    if task.use_native:
+        run = _native_pass(cap.path, opts, task.origin_ns, pa,
+                           task.chunk_records or NATIVE_BATCH, report)
+    else:
+        run = _reference_pass(cap.path, opts, task.origin_ns, pa,
+                              task.chunk_records or CHUNK_RECORDS, report)
+    if run.flows is not None and any(k.dest_qp == GSI_QP for k in run.flows.keys):
+        run.cm = cm_events(cap.path, use_native=task.use_native)
+    return run
+
+
+def _ignore(done: int) -> None:
+    pass
 
 
 def analyze(paths: Sequence[str], opts: AnalysisOptions, *, use_native: bool | None = None,
-            progress: Progress | None = None, chunk_records: int | None = None
-            ) -> dict[str, Any]:
+            progress: Progress | None = None, chunk_records: int | None = None,
+            mapper: Mapper | None = None, stream_flows: bool = False) -> dict[str, Any]:
     """Analyse ``paths`` together; returns the JSON-ready result document.
 
     ``chunk_records``: records per step (the native pass's batch, the
-    reference's chunk); results do not depend on it.
+    reference's chunk); results do not depend on it. ``mapper``
+    (``netio.analyze.distribute``): where the per-capture analyses run (default:
+    here, one after the other); the document does not depend on it.
+    ``stream_flows``: ``flows`` is a ``FlowDocuments`` that makes each flow's
+    document as it is iterated (bounded memory per flow; ``report.write_json``
+    streams it) instead of a list.
     """
     if use_native is None:
         use_native = native.AVAILABLE
     inputs = capture_names(paths)
-    firsts = [t for t in (_first_ts(c.path) for c in inputs) if t is not None]
-    origin = min(firsts) if firsts else 0
     total_bytes = sum(_size(c.path) for c in inputs)
-    done_before = 0
+    if mapper is None:
+        firsts = [first_timestamp(c.path) for c in inputs]
+    else:
+        firsts = list(mapper.map(first_timestamp, [c.path for c in inputs]))
+    origin = min((t for t in firsts if t is not None), default=0)
+    tasks = [CaptureTask(c, opts, origin, use_native, chunk_records) for c in inputs]
+    if mapper is None:
+        done_before = 0
+
+        def runs() -> Iterator[CaptureRun]:
+            nonlocal done_before
+            for task in tasks:
+                def step(done: int, before: int = done_before) -> None:
+                    if progress is not None:
+                        progress(before + done, total_bytes)
+                yield run_capture(task, step)
+                done_before += _size(task.capture.path)
+        results: Iterator[CaptureRun] = runs()
+    else:
+        results = _reporting(mapper.map(run_capture, tasks), tasks, progress, total_bytes)
     captures: list[dict[str, Any]] = []
     queues: list[tuple[QueueState, dict[str, Any]]] = []
     flow_results: list[tuple[str, FlowResults, int | None]] = []
+    conns: dict[str, list[Connection]] = {}
     warnings: list[str] = []
-    for cap in inputs:
+    for cap, run in zip(inputs, results, strict=True):
         link = opts.link_for(cap.name)
-        pa = PauseAnalyzer(cap.name, link, xon_gap_ns=opts.xon_gap_ns,
-                           xon_storm_ns=opts.xon_storm_ns, priorities=opts.priorities)
-
-        def step(done: int, before: int = done_before) -> None:
-            if progress is not None:
-                progress(before + done, total_bytes)
-
-        if use_native:
-            run = _native_pass(cap.path, opts, origin, pa, chunk_records or NATIVE_BATCH, step)
-        else:
-            run = _reference_pass(cap.path, opts, origin, pa, chunk_records or CHUNK_RECORDS,
-                                  step)
-        done_before += _size(cap.path)
         kinds = run.kinds
         records = run.records
         error = run.error
+        skipped = sum(run.unsupported.values())
+        if skipped:  # decoded as malformed, one by one; said once instead
+            kinds[Kind.MALFORMED] -= skipped
         cap_warnings = list(run.scan_warnings)
+        for lt, n in sorted(run.unsupported.items()):
+            if skipped == records and error is None and len(run.unsupported) == 1:
+                error = f"{cap.path}: {unsupported_linktype(lt)}"
+            else:
+                cap_warnings.append(f"{cap.path}: {n} records skipped: "
+                                    f"{unsupported_linktype(lt)}")
         if error is not None:
             cap_warnings.append(error)
-        if kinds[Kind.ROCE] == 0 and records and error is None:
+        if kinds[Kind.ROCE] == 0 and records > skipped and error is None:
             filtered = (opts.priorities is not None or opts.flow is not None
                         or opts.start_ns is not None or opts.end_ns is not None)
             what = "match the filters" if filtered else "(UDP port 4791)"
@@ -202,14 +274,43 @@ def analyze(paths: Sequence[str], opts: AnalysisOptions, *, use_native: bool | N
             "first_ts_s": (f0 - origin) / 1e9, "last_ts_s": (l0 - origin) / 1e9,
             "duration_s": (l0 - f0) / 1e9, "link_bps": link,
             "complete": error is None and not run.scan_warnings,
-            "readable": error is None or records > 0, "warnings": cap_warnings,
+            "readable": error is None or records > skipped, "warnings": cap_warnings,
         }
         captures.append(entry)
         for q in run.queues:
             queues.append((q, entry))
         if run.flows is not None:
             flow_results.append((cap.name, run.flows, run.last))
-    return _document(captures, queues, flow_results, warnings, origin, opts, use_native)
+        if run.cm:
+            conns[cap.name] = connections(run.cm)
+    with _no_gc():
+        return _document(captures, queues, flow_results, conns, warnings, origin, opts,
+                         use_native, stream_flows)
+
+
+def _reporting(results: Iterator[CaptureRun], tasks: Sequence[CaptureTask],
+               progress: Progress | None, total_bytes: int) -> Iterator[CaptureRun]:
+    """Pass the runs on, reporting progress capture by capture."""
+    done = 0
+    for task, run in zip(tasks, results, strict=True):
+        done += _size(task.capture.path)
+        if progress is not None:
+            progress(done, total_bytes)
+        yield run
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """The cyclic garbage collector off: building 100,000 flow documents (millions of
+    acyclic dicts and lists) otherwise triggers full collections over a growing heap,
+    which takes longer than building them."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 #: Records per native step: the scanned frames of one batch stay in the CPU
@@ -220,13 +321,13 @@ _PROGRESS_BYTES = 32 << 20
 
 
 def _native_pass(path: str, opts: AnalysisOptions, origin: int, pa: PauseAnalyzer, batch: int,
-                 step: Callable[[int], None]) -> _CaptureRun:
+                 step: Callable[[int], None]) -> CaptureRun:
     """One C pass per batch: classify, filter, analyse flows; PFC/PAUSE rows come back.
 
     The capture is read through ``WindowScanner`` (a reused read() window), so
     resident memory does not grow with the capture."""
     ffi, lib = native.ffi, native.lib
-    run = _CaptureRun()
+    run = CaptureRun()
     cfg = analyzer_config(
         origin, opts.interval_ns, opts.cnp_min_gap_ns,
         start_ns=None if opts.start_ns is None else origin + opts.start_ns,
@@ -259,6 +360,7 @@ def _native_pass(path: str, opts: AnalysisOptions, origin: int, pa: PauseAnalyze
             if n == 0:
                 break
             run.records += n
+            count_unsupported(scan.linktype[:n], run.unsupported)
             rc = lib.netio_analyzer_feed(flows.handle, scanner.cbuffer, scanner.have, *sp, n,
                                          cctl, ctl_cap, ctl_n)
             if rc < 0:
@@ -284,9 +386,9 @@ def _native_pass(path: str, opts: AnalysisOptions, origin: int, pa: PauseAnalyze
 
 
 def _reference_pass(path: str, opts: AnalysisOptions, origin: int, pa: PauseAnalyzer,
-                    chunk: int, step: Callable[[int], None]) -> _CaptureRun:
+                    chunk: int, step: Callable[[int], None]) -> CaptureRun:
     """The pure-Python path: decode_frame per frame, numpy filters, FlowReference."""
-    run = _CaptureRun()
+    run = CaptureRun()
     fr = FlowReference(origin, opts.interval_ns, opts.cnp_min_gap_ns)
     chunks = CaptureChunks(path, False, chunk, opts.verify_icrc)
     try:
@@ -303,6 +405,7 @@ def _reference_pass(path: str, opts: AnalysisOptions, origin: int, pa: PauseAnal
     except CaptureError as exc:
         run.error = str(exc)
     run.scan_warnings = chunks.warnings
+    run.unsupported = chunks.unsupported
     run.queues = pa.finish()
     run.flows = fr.results()
     return run
@@ -355,113 +458,277 @@ def _pause_docs(queues: list[tuple[QueueState, dict[str, Any]]], origin: int,
     return senders, storms, xon_storms, events
 
 
-def _ecn_doc(fr: FlowResults, d: int) -> dict[str, Any]:
-    c = fr.c
-    k = fr.pair(d)
-    delays, count = fr.sample(d, "cnp")
+class _FlowColumns:
+    """Every per-flow value of one capture as Python lists, converted in bulk (one
+    ``tolist`` per column instead of a numpy scalar per flow and field)."""
+
+    def __init__(self, fr: FlowResults, origin: int) -> None:
+        c = fr.c
+        self.v: dict[str, list[int]] = {name: c[name].tolist() for name in c}
+        self.origin = origin
+        self.opcodes: list[dict[str, int]] = [{} for _ in range(fr.n)]
+        rows, slots = np.nonzero(fr.opcodes)
+        for r, sl, n in zip(rows.tolist(), slots.tolist(), fr.opcodes[rows, slots].tolist(),
+                            strict=True):
+            self.opcodes[r][_SLOT_NAMES[sl]] = n
+        # (slots are numbered in opcode order, so each dict is in opcode order)
+        self.naks: dict[int, dict[str, int]] = {}
+        rows, codes = np.nonzero(fr.naks)
+        for r, code, n in zip(rows.tolist(), codes.tolist(), fr.naks[rows, codes].tolist(),
+                              strict=True):
+            self.naks.setdefault(r, {})[_NAK_NAMES[code]] = n
+        self.macs: dict[int, str] = {}
+        self.ips: dict[tuple[int, bool], str] = {}
+
+    def mac(self, value: int) -> str:
+        m = self.macs.get(value)
+        if m is None:
+            m = self.macs[value] = format_mac_int(value)
+        return m
+
+    def ip(self, value: int, v6: bool) -> str:
+        k = (value, v6)
+        t = self.ips.get(k)
+        if t is None:
+            t = self.ips[k] = format_ip_int(value, v6)
+        return t
+
+
+def _opcode_name(op: int) -> str:
+    info = OPCODE_TABLE[op]
+    return info.opcode.name if info is not None else f"0x{op:02x}"
+
+
+_SLOT_NAMES: tuple[str, ...] = tuple(_opcode_name(op) for op in SLOT_OPCODE)
+_NAK_NAMES: tuple[str, ...] = tuple(
+    NakCode(code).name if code in NakCode._value2member_map_ else f"CODE_{code}"
+    for code in range(32))
+
+
+def _ecn_doc(fr: FlowResults, v: dict[str, list[int]], d: int) -> dict[str, Any]:
+    k = v["pair"][d]
     return {
-        "ect_packets": int(c["ect"][d]), "ce_packets": int(c["ce"][d]),
-        "cnps": int(c["cnps"][k]) if k is not None else 0,
-        "cnp_reaction_s": summary_s(delays, count),
-        "cnp_rate_violations": int(c["cnp_violations"][k]) if k is not None else 0,
-        "fecn_packets": int(c["fecn"][d]), "becn_packets": int(c["becn"][d]),
+        "ect_packets": v["ect"][d], "ce_packets": v["ce"][d],
+        "cnps": v["cnps"][k] if k >= 0 else 0,
+        "cnp_reaction_s": summary_s(fr.sketch(d, "cnp")),
+        "cnp_rate_violations": v["cnp_violations"][k] if k >= 0 else 0,
+        "fecn_packets": v["fecn"][d], "becn_packets": v["becn"][d],
     }
-
-
-def _opcodes(fr: FlowResults, fid: int) -> dict[str, int]:
-    out = {}
-    for op, n in sorted(fr.opcode_counts(fid).items()):
-        info = OPCODE_TABLE[op]
-        out[info.opcode.name if info is not None else f"0x{op:02x}"] = n
-    return out
 
 
 def _ip(value: int, v6: bool) -> str:
     return format_ip_int(value, v6)
 
 
-def _read_responses(fr: FlowResults, rid: int | None) -> dict[str, int] | None:
-    if rid is None or not int(fr.c["rr_packets"][rid]):
+def _read_responses(v: dict[str, list[int]], rid: int) -> dict[str, int] | None:
+    if rid < 0 or not v["rr_packets"][rid]:
         return None
-    c = fr.c
-    dups, ooo = int(c["rr_dups"][rid]), int(c["rr_ooo"][rid])
-    return {"packets": int(c["rr_packets"][rid]), "psn_gaps": int(c["rr_gaps"][rid]),
-            "psn_gap_packets": int(c["rr_gap_packets"][rid]), "duplicate_packets": dups,
+    dups, ooo = v["rr_dups"][rid], v["rr_ooo"][rid]
+    return {"packets": v["rr_packets"][rid], "psn_gaps": v["rr_gaps"][rid],
+            "psn_gap_packets": v["rr_gap_packets"][rid], "duplicate_packets": dups,
             "out_of_order_packets": ooo, "retransmitted_packets": dups + ooo}
 
 
-def _throughput_doc(fr: FlowResults, fid: int, interval_ns: int) -> dict[str, Any]:
-    """Data throughput per interval, sparse: only the intervals that carried data."""
-    bins, vals = fr.series.get(fid, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
-    interval_s = interval_ns / 1e9
-    return {"interval_s": interval_s, "start_s": [b * interval_ns / 1e9 for b in bins.tolist()],
-            "bps": [v * 8 / interval_s for v in vals.tolist()]}
+class _Throughput:
+    """Every flow's sparse throughput series, converted to lists in one pass."""
+
+    def __init__(self, fr: FlowResults, interval_ns: int) -> None:
+        t = fr.series
+        self.interval_s = interval_ns / 1e9
+        self.start_s: list[float] = (t.bins * interval_ns / 1e9).tolist()
+        self.bps: list[float] = (t.vals * 8 / self.interval_s).tolist()
+        self.rows = t.rows
+
+    def doc(self, fid: int) -> dict[str, Any]:
+        """Data throughput per interval, sparse: only the intervals that carried data."""
+        a, b = self.rows.get(fid, (0, 0))
+        return {"interval_s": self.interval_s, "start_s": self.start_s[a:b],
+                "bps": self.bps[a:b]}
 
 
-def _flow_docs(capture: str, fr: FlowResults, opts: AnalysisOptions,
-               origin: int) -> list[dict[str, Any]]:
+def _primary_flows(fr: FlowResults) -> npt.NDArray[np.intp]:
+    """The flows that head a document, most bytes first: every unpaired flow, and of
+    each pair the one that sent requests (when only one did), else the one with more
+    bytes (the earlier in capture order on a tie). The other of a pair is its reverse."""
     c = fr.c
-    docs = []
-    shown: set[int] = set()
-    order = sorted(range(fr.n), key=lambda f: -int(c["bytes"][f]))
-    for fid in order:
-        if fid in shown:
-            continue
-        rid = fr.pair(fid)
-        if int(c["requests"][fid]) == 0 and rid is not None and int(c["requests"][rid]) > 0:
-            continue  # shown as the reverse of its forward flow
-        shown.add(fid)
+    n = fr.n
+    order = np.argsort(-c["bytes"], kind="stable")
+    pos = np.empty(n, np.int64)
+    pos[order] = np.arange(n)
+    pair = c["pair"]
+    paired = pair >= 0
+    p = np.where(paired, pair, 0)
+    mine, theirs = c["requests"] > 0, c["requests"][p] > 0
+    primary = ~paired | (~(~mine & theirs) & ((mine & ~theirs) | (pos < pos[p])))
+    out: npt.NDArray[np.intp] = order[primary[order]]
+    return out
+
+
+def connection_name(c: Connection) -> str:
+    """``ACTIVE qp 0xQ <-> PASSIVE qp 0xQ`` (service 0x...)."""
+    passive = "?" if c.passive is None else \
+        f"{_ip(*c.passive)} qp 0x{c.passive_qpn or 0:x}"
+    return (f"{_ip(*c.active)} qp 0x{c.active_qpn:x} <-> {passive} "
+            f"(service 0x{c.service_id:016x})")
+
+
+def _connection_doc(capture: str, c: Connection, origin: int) -> dict[str, Any]:
+    def rel(ns: int | None) -> float | None:
+        return None if ns is None else (ns - origin) / 1e9
+
+    return {
+        "capture": capture, "name": connection_name(c), "service_id": f"0x{c.service_id:016x}",
+        "active": {"ip": _ip(*c.active), "qpn": c.active_qpn, "starting_psn": c.active_psn},
+        "passive": None if c.passive is None else {
+            "ip": _ip(*c.passive), "qpn": c.passive_qpn, "starting_psn": c.passive_psn},
+        "path_mtu_bytes": c.path_mtu_bytes, "retry_count": c.retry_count,
+        "rnr_retry_count": c.rnr_retry_count,
+        "req_s": rel(c.req_ns), "rep_s": rel(c.rep_ns), "rtu_s": rel(c.rtu_ns),
+        "dreq_s": rel(c.dreq_ns), "drep_s": rel(c.drep_ns),
+        "setup_s": None if c.setup_ns is None else c.setup_ns / 1e9,
+        "teardown_s": None if c.teardown_ns is None else c.teardown_ns / 1e9,
+    }
+
+
+def _name_by_connection(docs: list[dict[str, Any]], conns: list[Connection]) -> None:
+    """Set each flow document's ``connection`` to the connection whose QP it is sent to."""
+    index: dict[tuple[str, int], Connection] = {}
+    for c in conns:
+        index[(_ip(*c.active), c.active_qpn)] = c
+        if c.passive is not None and c.passive_qpn is not None:
+            index[(_ip(*c.passive), c.passive_qpn)] = c
+    for d in docs:
+        owner = index.get((d["dst_ip"], d["dest_qp"]))
+        if owner is None and d["reverse"] is not None:  # named by its reverse direction
+            owner = index.get((d["src_ip"], d["reverse"]["dest_qp"]))
+        if owner is not None:
+            d["connection"] = connection_name(owner)
+
+
+class FlowDocuments(Sequence[dict[str, Any]]):
+    """The ``flows`` of a document, made one at a time from the per-flow columns each
+    time they are iterated (``analyze(..., stream_flows=True)``): memory stays at the
+    columns (a few hundred bytes per flow) instead of a dict tree per flow. Iterating
+    twice gives equal documents; ``list()`` makes the plain list."""
+
+    def __init__(self) -> None:
+        self._parts: list[tuple[int, Callable[[bool], Iterator[dict[str, Any]]]]] = []
+        self._n = 0
+
+    def add(self, n: int, make: Callable[[bool], Iterator[dict[str, Any]]]) -> None:
+        """``make(only_problems)``: the documents of one capture (with True: at least
+        those of the flows whose counters show a loss, retransmission, NAK, bad ICRC,
+        CE mark or DCQCN violation, in either direction)."""
+        self._parts.append((n, make))
+        self._n += n
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for _, make in self._parts:
+            yield from make(False)
+
+    def with_problems(self) -> Iterator[dict[str, Any]]:
+        """The documents of the flows that may have a problem (for the findings), in
+        document order: a subset of the flows, never missing one with a problem."""
+        for _, make in self._parts:
+            yield from make(True)
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        return list(self)[i]
+
+
+#: Counters any of which, in either direction, may make a flow a finding.
+_PROBLEM_COUNTERS = ("gap_packets", "dups", "ooo", "rr_gap_packets", "rr_dups", "rr_ooo",
+                     "rnr", "naks", "icrc_bad", "cnp_violations", "ce")
+
+
+def _problem_flows(fr: FlowResults) -> npt.NDArray[np.bool_]:
+    c = fr.c
+    mine = np.zeros(fr.n, np.bool_)
+    for name in _PROBLEM_COUNTERS:
+        mine |= c[name] != 0
+    pair = c["pair"]
+    either: npt.NDArray[np.bool_] = mine | np.where(pair >= 0, mine[np.maximum(pair, 0)],
+                                                     False)
+    return either
+
+
+def _flow_docs(capture: str, fr: FlowResults, cols: _FlowColumns, opts: AnalysisOptions,
+               origin: int, conns: list[Connection], only_problems: bool = False
+               ) -> Iterator[dict[str, Any]]:
+    """The flow documents of one capture, most bytes first, one at a time (with
+    ``only_problems``, those of ``_problem_flows``)."""
+    if fr.n == 0:
+        return
+    v = cols.v
+    tput = _Throughput(fr, opts.interval_ns)
+    order = _primary_flows(fr)
+    if only_problems:
+        order = order[_problem_flows(fr)[order]]
+    for fid in order.tolist():
+        rid = v["pair"][fid]
         key = fr.keys[fid]
-        naks_row = fr.naks[rid] if rid is not None else np.zeros(32, np.int64)
-        naks = {}
-        for code in np.nonzero(naks_row)[0].tolist():
-            naks[NakCode(code).name if code in NakCode._value2member_map_ else
-                 f"CODE_{code}"] = int(naks_row[code])
-        req = int(c["requests"][fid])
-        retx = int(c["dups"][fid] + c["ooo"][fid])
-        dur = max(1, int(c["last_ts"][fid] - c["first_ts"][fid]))
-        rnr_codes = int(c["rnr_codes"][rid]) if rid is not None else 0
+        req = v["requests"][fid]
+        retx = v["dups"][fid] + v["ooo"][fid]
+        # Goodput (one definition, README and schema): the data the QP moved either
+        # way, over the time from the first to the last packet of either direction.
+        goodput = v["data_payload"][fid] + (v["data_payload"][rid] if rid >= 0 else 0)
+        first, last = v["first_ts"][fid], v["last_ts"][fid]
+        if rid >= 0:
+            first, last = min(first, v["first_ts"][rid]), max(last, v["last_ts"][rid])
+        dur = max(1, last - first)
+        rnr_codes = v["rnr_codes"][rid] if rid >= 0 else 0
         doc: dict[str, Any] = {
-            "capture": capture, "src_ip": _ip(key.src_ip, key.ipv6),
-            "dst_ip": _ip(key.dst_ip, key.ipv6), "dest_qp": key.dest_qp,
-            "priority": int(c["pcp"][fid]),
-            "src_mac": format_mac_int(int(c["src_mac"][fid])),
-            "dst_mac": format_mac_int(int(c["dst_mac"][fid])),
-            "first_ts_s": (int(c["first_ts"][fid]) - origin) / 1e9,
-            "last_ts_s": (int(c["last_ts"][fid]) - origin) / 1e9,
-            "packets": int(c["packets"][fid]), "bytes": int(c["bytes"][fid]),
-            "payload_bytes": int(c["payload"][fid]), "goodput_bytes": int(c["goodput"][fid]),
-            "data_bytes": int(c["data_payload"][fid]),
-            "goodput_bps": int(c["goodput"][fid]) * 8 / (dur / 1e9),
-            "opcodes": _opcodes(fr, fid), "messages": int(c["messages"][fid]),
+            "capture": capture, "src_ip": cols.ip(key.src_ip, key.ipv6),
+            "dst_ip": cols.ip(key.dst_ip, key.ipv6), "dest_qp": key.dest_qp,
+            "priority": v["pcp"][fid],
+            "src_mac": cols.mac(v["src_mac"][fid]),
+            "dst_mac": cols.mac(v["dst_mac"][fid]),
+            "first_ts_s": (v["first_ts"][fid] - origin) / 1e9,
+            "last_ts_s": (v["last_ts"][fid] - origin) / 1e9,
+            "packets": v["packets"][fid], "bytes": v["bytes"][fid],
+            "payload_bytes": v["payload"][fid], "goodput_bytes": goodput,
+            "data_bytes": v["data_payload"][fid],
+            "goodput_bps": goodput * 8 / (dur / 1e9),
+            "opcodes": cols.opcodes[fid], "messages": v["messages"][fid],
             "request_packets": req,
-            "psn_gaps": int(c["gaps"][fid]), "psn_gap_packets": int(c["gap_packets"][fid]),
-            "duplicate_packets": int(c["dups"][fid]), "out_of_order_packets": int(c["ooo"][fid]),
+            "psn_gaps": v["gaps"][fid], "psn_gap_packets": v["gap_packets"][fid],
+            "duplicate_packets": v["dups"][fid], "out_of_order_packets": v["ooo"][fid],
             "retransmitted_packets": retx, "retransmission_ratio": retx / req if req else 0.0,
-            "read_responses": _read_responses(fr, rid),
-            "naks": naks, "rnr_naks": int(c["rnr"][rid]) if rid is not None else 0,
-            "rnr_timer_s": [rnr_timer_s(x) for x in range(32) if rnr_codes >> x & 1],
-            "ack_latency_s": summary_s(*fr.sample(fid, "ack")),
-            "read_latency_s": summary_s(*fr.sample(fid, "read")),
-            "icrc_failures": int(c["icrc_bad"][fid]),
-            "icrc_checked_packets": int(c["icrc_checked"][fid]),
-            "ecn": _ecn_doc(fr, fid),
-            "throughput": _throughput_doc(fr, fid, opts.interval_ns),
+            "read_responses": _read_responses(v, rid),
+            "naks": dict(cols.naks.get(rid, {})) if rid >= 0 else {},
+            "rnr_naks": v["rnr"][rid] if rid >= 0 else 0,
+            "rnr_timer_s": [rnr_timer_s(x) for x in range(32) if rnr_codes >> x & 1]
+            if rnr_codes else [],
+            "ack_latency_s": summary_s(fr.sketch(fid, "ack")),
+            "read_latency_s": summary_s(fr.sketch(fid, "read")),
+            "icrc_failures": v["icrc_bad"][fid],
+            "icrc_checked_packets": v["icrc_checked"][fid],
+            "ecn": _ecn_doc(fr, v, fid),
+            "throughput": tput.doc(fid),
+            "connection": None,
             "reverse": None,
         }
-        if rid is not None:
-            shown.add(rid)
+        if rid >= 0:
             doc["reverse"] = {
-                "dest_qp": fr.keys[rid].dest_qp, "packets": int(c["packets"][rid]),
-                "bytes": int(c["bytes"][rid]), "payload_bytes": int(c["payload"][rid]),
-                "data_bytes": int(c["data_payload"][rid]),
-                "opcodes": _opcodes(fr, rid), "ecn": _ecn_doc(fr, rid),
-                "icrc_failures": int(c["icrc_bad"][rid]),
-                "request_packets": int(c["requests"][rid]),
-                "throughput": _throughput_doc(fr, rid, opts.interval_ns),
+                "dest_qp": fr.keys[rid].dest_qp, "packets": v["packets"][rid],
+                "bytes": v["bytes"][rid], "payload_bytes": v["payload"][rid],
+                "data_bytes": v["data_payload"][rid],
+                "opcodes": cols.opcodes[rid], "ecn": _ecn_doc(fr, v, rid),
+                "icrc_failures": v["icrc_bad"][rid],
+                "request_packets": v["requests"][rid],
+                "throughput": tput.doc(rid),
             }
-        docs.append(doc)
-    return docs
+        if conns:
+            _name_by_connection([doc], conns)
+        yield doc
 
 
 def _ecn_series_doc(fr: FlowResults, last_ns: int | None, origin: int,
@@ -479,43 +746,44 @@ def _ecn_series_doc(fr: FlowResults, last_ns: int | None, origin: int,
             "cnps": padded(fr.cnp_series)}
 
 
-def _flow_seen(capture: str, fr: FlowResults, fid: int) -> FlowSeen:
-    k = fr.keys[fid]
-    return FlowSeen(capture, k.src_ip, k.dst_ip, k.dest_qp, int(fr.c["dst_mac"][fid]),
-                    int(fr.c["pcp"][fid]), int(fr.c["data_payload"][fid]), k.ipv6)
-
-
 def _seen_doc(f: FlowSeen) -> dict[str, Any]:
     return {"capture": f.capture, "src_ip": _ip(f.src_ip, f.ipv6),
             "dst_ip": _ip(f.dst_ip, f.ipv6), "dest_qp": f.dest_qp, "data_bytes": f.data_bytes}
 
 
 def _document(captures: list[dict[str, Any]], queues: list[tuple[QueueState, dict[str, Any]]],
-              flow_results: list[tuple[str, FlowResults, int | None]], warnings: list[str],
-              origin: int, opts: AnalysisOptions, use_native: bool) -> dict[str, Any]:
+              flow_results: list[tuple[str, FlowResults, int | None]],
+              conns: dict[str, list[Connection]], warnings: list[str],
+              origin: int, opts: AnalysisOptions, use_native: bool,
+              stream_flows: bool = False) -> dict[str, Any]:
     senders, storms, xon_storms, events = _pause_docs(queues, origin, opts)
-    flows: list[dict[str, Any]] = []
+    flows = FlowDocuments()
     seen: list[FlowSeen] = []
     fairness_docs: list[dict[str, Any]] = []
     incast_docs: list[dict[str, Any]] = []
     series_doc: dict[str, Any] = {}
     for capture, fr, last_ns in flow_results:
         series = fr.series
-        flows.extend(_flow_docs(capture, fr, opts, origin))
+        cols = _FlowColumns(fr, origin)
+        flows.add(len(_primary_flows(fr)) if fr.n else 0,
+                  partial(_flow_docs, capture, fr, cols, opts, origin, conns.get(capture, [])))
         by_dst: dict[str, list[int]] = {}
         by_egress: dict[str, list[int]] = {}
         senders_to: dict[str, list[tuple[int, Hashable]]] = {}
-        for fid, key in enumerate(fr.keys):
-            fs = _flow_seen(capture, fr, fid)
-            seen.append(fs)
-            if fs.data_bytes == 0:
+        v = cols.v
+        for fid, key, dmac, pcp, data in zip(range(fr.n), fr.keys, v["dst_mac"], v["pcp"],
+                                             v["data_payload"], strict=True):
+            seen.append(FlowSeen(capture, key.src_ip, key.dst_ip, key.dest_qp, dmac, pcp,
+                                 data, key.ipv6))
+            if data == 0:
                 continue
-            dst = _ip(key.dst_ip, key.ipv6)
+            dst = cols.ip(key.dst_ip, key.ipv6)
             by_dst.setdefault(dst, []).append(fid)
-            by_egress.setdefault(format_mac_int(fs.dst_mac), []).append(fid)
+            by_egress.setdefault(cols.mac(dmac), []).append(fid)
             senders_to.setdefault(dst, []).append((fid, (key.src_ip, key.ipv6)))
         for kind, groups in (("destination", by_dst), ("egress", by_egress)):
-            for fa in fairness(groups, series, kind, origin, opts.interval_ns):
+            for fa in fairness_bulk(groups, series.fids, series.bins, series.vals, kind,
+                                    origin, opts.interval_ns):
                 fairness_docs.append({
                     "capture": capture, "group": fa.group, "key": fa.key, "flows": fa.flows,
                     "windows": fa.windows, "jain_min": fa.jain_min, "jain_mean": fa.jain_mean,
@@ -575,10 +843,14 @@ def _document(captures: list[dict[str, Any]], queues: list[tuple[QueueState, dic
             "start_s": opts.start_ns / 1e9 if opts.start_ns is not None else None,
             "end_s": opts.end_ns / 1e9 if opts.end_ns is not None else None,
         },
-        "captures": captures, "warnings": warnings, "pause_senders": senders,
-        "storms": storms, "xon_storms": xon_storms, "spreading": spreading, "flows": flows,
+        "captures": captures, "warnings": warnings,
+        "connections": [_connection_doc(cap, c, origin) for cap, cs in conns.items()
+                        for c in cs],
+        "pause_senders": senders,
+        "storms": storms, "xon_storms": xon_storms, "spreading": spreading,
+        "flows": flows if stream_flows else list(flows),
         "fairness": fairness_docs, "incast": incast_docs, "ecn_series": series_doc,
-        "assumptions": assumptions,
+        "assumptions": assumptions, "error": None,
     }
     doc["findings"] = findings(doc)
     return doc

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import mmap
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from ipaddress import IPv6Address
 from typing import Any
 
@@ -33,6 +33,7 @@ from netio.analyze.columns import (
     key_of_words,
 )
 from netio.errors import CaptureError, CaptureWarning, DecodeError
+from netio.pcap.format import SUPPORTED_LINKTYPES
 from netio.pcap.scan import CaptureScanner, ScanColumns
 from netio.wire.bth import OPCODE_TABLE
 from netio.wire.packet import decode_frame
@@ -194,6 +195,8 @@ class CaptureChunks:
     records: int = 0
     file_bytes: int = 0
     bytes_done: int = 0
+    #: Records of each link type netio does not read (decoded as malformed).
+    unsupported: dict[int, int] = field(default_factory=dict)
 
     def __iter__(self) -> Iterator[PacketColumns]:
         import warnings as _w
@@ -205,6 +208,7 @@ class CaptureChunks:
             try:
                 self.file_bytes = len(scanner.buffer)
                 for scan in scanner.chunks(self.chunk_records):
+                    count_unsupported(scan.linktype, self.unsupported)
                     if self.native_path and native.AVAILABLE:
                         cols = extract_native(scanner.buffer, scan,
                                               verify_icrc=self.verify_icrc)
@@ -219,6 +223,18 @@ class CaptureChunks:
                 scanner.close()
                 self.warnings = tuple(str(w.message) for w in caught
                                       if issubclass(w.category, CaptureWarning))
+
+
+def count_unsupported(linktypes: npt.NDArray[np.uint16], into: dict[int, int]) -> None:
+    """Add the records of link types netio does not read to ``into`` (per link type)."""
+    bad = ~np.isin(linktypes, _SUPPORTED)
+    if bad.any():
+        values, counts = np.unique(linktypes[bad], return_counts=True)
+        for lt, n in zip(values.tolist(), counts.tolist(), strict=True):
+            into[lt] = into.get(lt, 0) + n
+
+
+_SUPPORTED = np.array(sorted(SUPPORTED_LINKTYPES), np.uint16)
 
 
 def _release(buffer: Any, upto: int) -> None:

@@ -193,7 +193,8 @@ def findings(doc: dict[str, Any]) -> list[dict[str, Any]]:
                                f"t={t_s(i['start_s'])}..{t_s(i['end_s'])} s"})
     # Per flow, merged over the capture points that saw the same thing.
     merged: dict[tuple[str, str, str, str], list[str]] = {}
-    for f in doc["flows"]:
+    flows = doc["flows"]  # streamed documents: only those that may have a problem
+    for f in (flows.with_problems() if hasattr(flows, "with_problems") else flows):
         for severity, kind, text in _flow_problems(f, doc["options"]["cnp_min_gap_s"]):
             merged.setdefault((severity, kind, flow_name(f), text), []).append(f["capture"])
     ranked = sorted(merged.items(), key=lambda kv: FLOW_KINDS.index(kv[0][1]))

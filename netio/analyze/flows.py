@@ -48,13 +48,15 @@ appearance. Each RoCE packet, in capture order, updates its flow:
 
 Bounds (memory O(flows)): ``MAX_MISSING`` open gaps per flow (the lowest
 forgotten first), ``MAX_PENDING`` waiting requests per flow (the lowest PSN /
-oldest forgotten first), ``MAX_SAMPLES`` latency samples per flow (every
-k-th kept, k doubling when full; the count is of all samples).
+oldest forgotten first); latencies go into a ``LatencySketch`` per flow and
+kind (``netio.analyze.sketch``: at most ``MAX_SKETCH_BYTES`` each, quantiles
+within ``RELATIVE_ERROR``).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import IntFlag
 from typing import Any
@@ -65,14 +67,13 @@ import numpy.typing as npt
 from netio import native
 from netio.analyze.columns import Flag, FlowKey, Kind, PacketColumns, flow_keys, key_of_words
 from netio.analyze.options import FlowFilter
+from netio.analyze.sketch import LatencySketch, SketchBuilder
 from netio.wire.bth import OPCODE_TABLE, ExtHeader, Operation, Position, Transport
 
 I64 = npt.NDArray[np.int64]
 PSN_MOD = 1 << 24
 PSN_MASK = PSN_MOD - 1
 PSN_HALF = 1 << 23
-#: Latency samples kept per flow for percentiles.
-MAX_SAMPLES = 1 << 14
 #: Open gaps remembered per flow.
 MAX_MISSING = 4096
 #: Requests awaiting an ACK (or a READ response) remembered per flow.
@@ -163,14 +164,9 @@ def _circular(a: int, b: int) -> int:
     return min(d, PSN_MOD - d)
 
 
-def summary_s(samples_ns: I64, count: int | None = None) -> dict[str, float | int] | None:
+def summary_s(sketch: LatencySketch | None) -> dict[str, float | int] | None:
     """{count, min, p50, p90, p99, max} in seconds; None without samples."""
-    if samples_ns.size == 0:
-        return None
-    a = samples_ns.astype(np.float64) / 1e9
-    p50, p90, p99 = np.percentile(a, [50, 90, 99])
-    return {"count": int(samples_ns.size if count is None else count), "min": float(a.min()),
-            "p50": float(p50), "p90": float(p90), "p99": float(p99), "max": float(a.max())}
+    return None if sketch is None or sketch.count == 0 else sketch.summary_s()
 
 
 # ------------------------------------------------------------------- results
@@ -184,8 +180,8 @@ class FlowResults:
     counters: I64  # (flows, len(COUNTERS))
     opcodes: I64  # (flows, OPCODE_SLOTS), see SLOT_OPCODE
     naks: I64  # (flows, 32) by NAK code
-    samples: dict[tuple[int, str], tuple[I64, int]]  # (flow, kind) -> (kept, count)
-    series: dict[int, tuple[I64, I64]]  # flow -> (intervals, data bytes), intervals ascending
+    sketches: dict[tuple[int, str], LatencySketch]  # (flow, kind), kinds with samples
+    series: SeriesTable  # flow -> (intervals, data bytes), intervals ascending
     ce_series: I64  # CE marks per interval
     cnp_series: I64  # CNPs per interval
     beyond_series: int = 0  # CE marks and CNPs later than MAX_SERIES_INTERVALS intervals
@@ -206,8 +202,8 @@ class FlowResults:
         row = self.opcodes[fid]
         return {SLOT_OPCODE[s]: int(row[s]) for s in np.nonzero(row)[0].tolist()}
 
-    def sample(self, fid: int, kind: str) -> tuple[I64, int]:
-        return self.samples.get((fid, kind), (np.empty(0, np.int64), 0))
+    def sketch(self, fid: int, kind: str) -> LatencySketch | None:
+        return self.sketches.get((fid, kind))
 
     def differences(self, other: FlowResults) -> list[str]:
         """What differs from ``other`` (empty when identical)."""
@@ -222,11 +218,11 @@ class FlowResults:
         if self.counters.shape == other.counters.shape:
             out += [f"counter {name}" for i, name in enumerate(COUNTERS)
                     if not np.array_equal(self.counters[:, i], other.counters[:, i])]
-        if self.samples.keys() != other.samples.keys():
-            out.append("samples keys")
+        if self.sketches.keys() != other.sketches.keys():
+            out.append("sketch keys")
         else:
-            out += [f"samples {k}" for k, (v, n) in self.samples.items()
-                    if n != other.samples[k][1] or not np.array_equal(v, other.samples[k][0])]
+            out += [f"sketch {k}" for k, v in self.sketches.items()
+                    if not v.same(other.sketches[k])]
         if self.series.keys() != other.series.keys():
             out.append("series keys")
         else:
@@ -236,24 +232,45 @@ class FlowResults:
         return out
 
 
-def _series_from(triples: I64) -> dict[int, tuple[I64, I64]]:
+class SeriesTable(Mapping[int, tuple[I64, I64]]):
+    """Data bytes per (flow, interval), held as three sorted columns (flow, interval,
+    bytes) with each flow's row range: ``table[flow]`` is (intervals, bytes), both
+    ascending in interval, as views; no per-flow objects are made up front."""
+
+    def __init__(self, fids: I64, bins: I64, vals: I64) -> None:
+        self.fids, self.bins, self.vals = fids, bins, vals
+        cuts = np.nonzero(np.diff(fids))[0] + 1
+        starts = np.concatenate(([0], cuts)) if fids.size else np.zeros(0, np.int64)
+        ends = np.concatenate((cuts, [fids.size])) if fids.size else np.zeros(0, np.int64)
+        self.rows: dict[int, tuple[int, int]] = dict(zip(
+            fids[starts].tolist(), zip(starts.tolist(), ends.tolist(), strict=True),
+            strict=True))
+
+    def __getitem__(self, fid: int) -> tuple[I64, I64]:
+        a, b = self.rows[fid]
+        return self.bins[a:b], self.vals[a:b]
+
+    def __contains__(self, fid: object) -> bool:
+        return fid in self.rows
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def _series_from(triples: I64) -> SeriesTable:
     """(flow, interval, bytes) triples, in any order, summed per (flow, interval)."""
-    out: dict[int, tuple[I64, I64]] = {}
     if triples.size == 0:
-        return out
+        empty = np.zeros(0, np.int64)
+        return SeriesTable(empty, empty, empty)
     order = np.lexsort((triples[:, 1], triples[:, 0]))
     t = triples[order]
     new = np.ones(len(t), np.bool_)
     new[1:] = (t[1:, 0] != t[:-1, 0]) | (t[1:, 1] != t[:-1, 1])
     starts = np.nonzero(new)[0]
-    fids = t[starts, 0]
-    bins = t[starts, 1]
-    sums = np.add.reduceat(t[:, 2], starts)
-    cuts = np.nonzero(np.diff(fids))[0] + 1
-    for fp, bp, sp in zip(np.split(fids, cuts), np.split(bins, cuts), np.split(sums, cuts),
-                          strict=True):
-        out[int(fp[0])] = (bp, sp)
-    return out
+    return SeriesTable(t[starts, 0], t[starts, 1], np.add.reduceat(t[:, 2], starts))
 
 
 def _dense(pairs: I64) -> tuple[I64, int]:
@@ -267,26 +284,6 @@ def _dense(pairs: I64) -> tuple[I64, int]:
 
 
 # ----------------------------------------------------------------- reference
-
-
-class _Samples:
-    """Every k-th value, k doubling whenever more than MAX_SAMPLES are kept."""
-
-    __slots__ = ("count", "stride", "values")
-
-    def __init__(self) -> None:
-        self.values: list[int] = []
-        self.count = 0
-        self.stride = 1
-
-    def add(self, value: int) -> None:
-        keep = self.count % self.stride == 0
-        self.count += 1
-        if keep:
-            self.values.append(value)
-            if len(self.values) > MAX_SAMPLES:
-                self.values = self.values[::2]
-                self.stride *= 2
 
 
 class _Flow:
@@ -310,7 +307,7 @@ class _Flow:
         self.pend_ack_psn: list[int] = []
         self.pend_ack_ts: list[int] = []
         self.pend_read: list[tuple[int, int]] = []
-        self.lat = (_Samples(), _Samples(), _Samples())
+        self.lat = (SketchBuilder(), SketchBuilder(), SketchBuilder())
         self.unanswered_ts: int | None = None
         self.cnp_seen = False
         self.last_cnp_ts = 0
@@ -572,16 +569,16 @@ class FlowReference:
         counters = np.array([f.c for f in self.flows], np.int64).reshape(n, len(COUNTERS))
         opcodes = np.array([f.opc for f in self.flows], np.int64).reshape(n, OPCODE_SLOTS)
         naks = np.array([f.naks for f in self.flows], np.int64).reshape(n, 32)
-        samples: dict[tuple[int, str], tuple[I64, int]] = {}
+        sketches: dict[tuple[int, str], LatencySketch] = {}
         for fid, f in enumerate(self.flows):
             for kind, s in zip(SAMPLE_KINDS, f.lat, strict=True):
                 if s.count:
-                    samples[(fid, kind)] = (np.array(s.values, np.int64), s.count)
+                    sketches[(fid, kind)] = s.finish()
         triples = np.array([(k[0], k[1], v) for k, v in self.series.items()],
                            np.int64).reshape(-1, 3)
         ce, ce_beyond = _dense(np.array(list(self.ce.items()), np.int64).reshape(-1, 2))
         cnp, cnp_beyond = _dense(np.array(list(self.cnp.items()), np.int64).reshape(-1, 2))
-        return FlowResults(list(self.keys), counters, opcodes, naks, samples,
+        return FlowResults(list(self.keys), counters, opcodes, naks, sketches,
                            _series_from(triples), ce, cnp, ce_beyond + cnp_beyond)
 
 
@@ -627,6 +624,27 @@ def analyzer_config(origin_ns: int, interval_ns: int, cnp_min_gap_ns: int, *,
     return cfg
 
 
+def _native_sketches(a: Any, n: int) -> dict[tuple[int, str], LatencySketch]:
+    """Every flow's sketches in two C calls (headers, then all buckets)."""
+    ffi, lib = native.ffi, native.lib
+    heads = np.zeros((n, len(SAMPLE_KINDS), 5), np.int64)
+    out: dict[tuple[int, str], LatencySketch] = {}
+    if n == 0:
+        return out
+    total = lib.netio_analyzer_sketches(a, ffi.from_buffer("int64_t[]", heads))
+    bins = np.zeros(total, np.int64)
+    if total:
+        lib.netio_analyzer_sketch_bins(a, ffi.from_buffer("int64_t[]", bins))
+    flat = heads.reshape(-1, 5)
+    ends = np.cumsum(flat[:, 1])
+    for row in np.nonzero(flat[:, 2])[0].tolist():
+        lo, length, count, mn, mx = flat[row].tolist()
+        end = int(ends[row])
+        out[(row // len(SAMPLE_KINDS), SAMPLE_KINDS[row % len(SAMPLE_KINDS)])] = \
+            LatencySketch(lo, bins[end - length:end], count, mn, mx)
+    return out
+
+
 class NativeFlows:
     """The C analyzer (``netio_analyzer``) of one capture: filters, kinds, flows."""
 
@@ -665,7 +683,7 @@ class NativeFlows:
         n = lib.netio_analyzer_flows(a)
         words = np.zeros((n, 5), np.uint64)
         counters = np.zeros((n, len(COUNTERS)), np.int64)
-        opcodes = np.zeros((n, OPCODE_SLOTS), np.uint64)
+        opcodes = np.zeros((n, OPCODE_SLOTS), np.int64)  # C writes uint64 counts < 2^63
         naks = np.zeros((n, 32), np.int64)
         if n:
             lib.netio_analyzer_export(a, ffi.from_buffer("uint64_t[]", words),
@@ -673,15 +691,7 @@ class NativeFlows:
                                       ffi.from_buffer("uint64_t[]", opcodes),
                                       ffi.from_buffer("int64_t[]", naks))
         keys = [key_of_words(*w) for w in words.tolist()]
-        samples: dict[tuple[int, str], tuple[I64, int]] = {}
-        buf = np.empty(MAX_SAMPLES + 1, np.int64)
-        count = ffi.new("int64_t *")
-        cbuf = ffi.from_buffer("int64_t[]", buf)
-        for fid in range(n):
-            for which, kind in enumerate(SAMPLE_KINDS):
-                kept = lib.netio_analyzer_samples(a, fid, which, cbuf, count)
-                if count[0]:
-                    samples[(fid, kind)] = (buf[:kept].copy(), int(count[0]))
+        sketches = _native_sketches(a, n)
         series = []
         for which in range(3):
             m = lib.netio_analyzer_series_len(a, which)
@@ -691,9 +701,9 @@ class NativeFlows:
             series.append(t)
         ce, ce_beyond = _dense(series[1][:, 1:])
         cnp, cnp_beyond = _dense(series[2][:, 1:])
-        return FlowResults(keys, counters, opcodes.astype(np.int64), naks, samples,
+        return FlowResults(keys, counters, opcodes, naks, sketches,
                            _series_from(series[0]), ce, cnp, ce_beyond + cnp_beyond)
 
 
-__all__ = ["COUNTERS", "MAX_MISSING", "MAX_PENDING", "MAX_SAMPLES", "FlowReference",
+__all__ = ["COUNTERS", "MAX_MISSING", "MAX_PENDING", "FlowReference",
            "FlowResults", "NativeFlows", "OpFlag", "analyzer_config", "summary_s"]

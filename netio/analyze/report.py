@@ -9,16 +9,40 @@ fairness.
 
 from __future__ import annotations
 
+import io
 import json
 import textwrap
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TextIO
 
 from netio.analyze.findings import flow_name, plural
 from netio.analyze.units import human_bytes, human_duration
 
 
+def write_json(doc: dict[str, Any], out: TextIO) -> None:
+    """Write ``doc`` as one JSON document, streamed: each top-level member on its own
+    line, and each element of a top-level list (every flow, pause sender, ...) on its
+    own line, encoded by the C encoder one element at a time (so the text of the
+    whole document is never held in memory, and 100,000 flows take seconds, not
+    minutes as with ``indent``)."""
+    enc = json.JSONEncoder().encode
+    out.write("{")
+    for i, (key, value) in enumerate(doc.items()):
+        out.write(("\n " if i == 0 else ",\n ") + enc(key) + ": ")
+        if isinstance(value, Sequence) and not isinstance(value, str):
+            out.write("[")
+            for j, item in enumerate(value):
+                out.write(("\n  " if j == 0 else ",\n  ") + enc(item))
+            out.write("\n ]" if len(value) else "]")
+        else:
+            out.write(enc(value))
+    out.write("\n}\n")
+
+
 def to_json(doc: dict[str, Any]) -> str:
-    return json.dumps(doc, indent=1, sort_keys=False) + "\n"
+    buf = io.StringIO()
+    write_json(doc, buf)
+    return buf.getvalue()
 
 
 def _table(headers: list[str], rows: list[list[str]], *, text_columns: int = 1) -> list[str]:
@@ -41,19 +65,21 @@ def _lat_us(s: dict[str, Any] | None) -> str:
                     for v in (s["p50"] * 1e6, s["p99"] * 1e6))
 
 
+def _us(s: float | None) -> str:
+    return "-" if s is None else f"{s * 1e6:.1f}"
+
+
 def _mib(n: int) -> str:
     return f"{n / (1 << 20):.2f}"
 
 
 def _flow_row(f: dict[str, Any]) -> list[str]:
     rev = f["reverse"] or {}
-    # The data this QP moved, either way: a READ's data are its responses.
-    data = f["data_bytes"] + rev.get("data_bytes", 0)
-    dur = max(f["last_ts_s"] - f["first_ts_s"], 1e-9)
     rev_ecn = rev.get("ecn") or {}
     return [
         f["capture"], flow_name(f), _ops(f), str(f["packets"] + rev.get("packets", 0)),
-        _mib(f["bytes"] + rev.get("bytes", 0)), _mib(data), f"{data * 8 / dur / 1e9:.3f}",
+        _mib(f["bytes"] + rev.get("bytes", 0)), _mib(f["goodput_bytes"]),
+        f"{f['goodput_bps'] / 1e9:.3f}",
         str(f["messages"]), str(f["psn_gap_packets"]), str(f["retransmitted_packets"]),
         str(sum(f["naks"].values())), str(f["rnr_naks"]),
         str(f["ecn"]["ce_packets"] + rev_ecn.get("ce_packets", 0)),
@@ -77,12 +103,19 @@ def _ops(f: dict[str, Any]) -> str:
 
 FLOW_LEGEND = (
     "pkts, wire, data, CE and CNP count both directions; data = payload sent the first time "
-    "(a READ's data are its responses); rate = data over the flow's duration; lost = packets "
+    "(a READ's data are its responses): the JSON goodput_bytes; rate = that data over the time "
+    "from the first to the last packet of either direction: the JSON goodput_bps; lost = packets "
     "missing from the PSN sequence (lost before this capture point); retx = requests sent "
     "again; NAK = NAKs other than RNR NAKs")
 
 
-def to_text(doc: dict[str, Any], *, max_flows: int = 30) -> str:
+#: Flows listed per capture in the text report unless ``--top`` says otherwise.
+DEFAULT_TOP_FLOWS = 20
+
+
+def to_text(doc: dict[str, Any], *, top: int = DEFAULT_TOP_FLOWS) -> str:
+    """The human report; at most ``top`` flows per capture (most bytes first; the JSON
+    document has every flow)."""
     out: list[str] = []
     caps = doc["captures"]
     total = sum(c["packets"] for c in caps)
@@ -115,6 +148,16 @@ def to_text(doc: dict[str, Any], *, max_flows: int = 30) -> str:
                     f"{c['duration_s']:.6f}", f"{c['link_bps'] / 1e9:g}",
                     "yes" if c["complete"] else "NO"]
                    for c in caps])
+    if doc.get("connections"):
+        out += ["", "Connections (CM REQ/REP/RTU, DREQ/DREP; active = the side that sent the REQ)"]
+        out += _table(["capture", "active (ip qp)", "passive (ip qp)", "service", "MTU",
+                       "retry", "RNR retry", "REQ at[s]", "set-up[us]", "tear-down[us]"],
+                      [[c["capture"], f"{c['active']['ip']} 0x{c['active']['qpn']:x}",
+                        "-" if c["passive"] is None else
+                        f"{c['passive']['ip']} 0x{c['passive']['qpn']:x}",
+                        c["service_id"], str(c["path_mtu_bytes"] or "-"), str(c["retry_count"]),
+                        str(c["rnr_retry_count"]), f"{c['req_s']:.6f}", _us(c["setup_s"]),
+                        _us(c["teardown_s"])] for c in doc["connections"]], text_columns=4)
     for ch in doc["spreading"]:
         r = ch["root"]
         out += ["", f"Pause spreading chain rooted at {r['src_mac']} on {r['capture']} "
@@ -162,13 +205,21 @@ def to_text(doc: dict[str, Any], *, max_flows: int = 30) -> str:
                        for s in doc["xon_storms"]], text_columns=2)
     flows = doc["flows"]
     if flows:
+        shown: list[dict[str, Any]] = []
+        per_capture: dict[str, int] = {}
+        for f in flows:  # most bytes first within each capture
+            k = per_capture[f["capture"]] = per_capture.get(f["capture"], 0) + 1
+            if k <= top:
+                shown.append(f)
+        cut = len(shown) < len(flows)
         out += ["", f"RoCE flows ({len(flows)}; per capture point, most bytes first"
-                + (f"; the first {max_flows} shown" if len(flows) > max_flows else "") + ")"]
+                + (f"; the first {top} of each capture shown (--top), all in --json"
+                   if cut else "") + ")"]
         out += _table(
             ["capture", "flow (src->dst qp)", "ops", "pkts", "wire[MiB]", "data[MiB]",
              "rate[Gb/s]", "msgs", "lost", "retx", "NAK", "RNR", "CE", "CNP",
              "ACK p50/p99[us]", "READ p50/p99[us]", "bad ICRC"],
-            [_flow_row(f) for f in flows[:max_flows]], text_columns=3)
+            [_flow_row(f) for f in shown], text_columns=3)
         out += textwrap.wrap(FLOW_LEGEND, 100, initial_indent="  (",
                              subsequent_indent="   ")
         out[-1] += ")"
@@ -191,4 +242,4 @@ def _prio(x: dict[str, Any]) -> str:
     return "all" if x["priority"] is None else str(x["priority"])
 
 
-__all__ = ["human_duration", "to_json", "to_text"]
+__all__ = ["human_duration", "to_json", "to_text", "write_json"]

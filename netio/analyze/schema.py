@@ -13,6 +13,12 @@ Top level
         other_packets, malformed_packets, first_ts_s, last_ts_s, duration_s, link_bps,
         complete (read to the end without damage), readable (opened as a capture), warnings[],
     warnings[]: every input problem, naming file and where reading stopped,
+    connections[]: RC connections set up by CM MADs (netio.analyze.connections): capture,
+        name ("ACTIVE qp 0xQ <-> PASSIVE qp 0xQ (service 0x...)"), service_id,
+        active {ip, qpn, starting_psn} (the REQ's sender), passive {...} or null (no REP
+        seen), path_mtu_bytes, retry_count, rnr_retry_count, req_s, rep_s, rtu_s, dreq_s,
+        drep_s (null when unseen), setup_s (REQ to RTU, or to REP without an RTU),
+        teardown_s (DREQ to DREP),
     findings[]: {severity: critical|warning|info, kind, message}, most important first
         (netio.analyze.findings); kind is one of pause_spreading, pfc_storm, input,
         xon_storm, incast, loss, retransmission, read_loss, rnr, nak, icrc, cnp_rate, ecn,
@@ -30,9 +36,13 @@ Top level
         flows that carried data: capture, src_ip, dst_ip, dest_qp, data_bytes)},
     flows[]: capture, src_ip, dst_ip (IPv4 dotted or IPv6 RFC 5952 text; flows are keyed
         on full addresses), dest_qp, priority, src_mac, dst_mac, first_ts_s,
-        last_ts_s, packets, bytes (on the wire), payload_bytes, goodput_bytes (first
-        copies only), goodput_bps, data_bytes (payload of first-copy requests and of
-        responses that are not duplicates: what the throughput series sums),
+        last_ts_s, packets, bytes (on the wire), payload_bytes, data_bytes (payload of
+        first-copy requests and of responses that are not duplicates: what the
+        throughput series sums), goodput_bytes (the data the QP moved either way:
+        data_bytes of this direction plus data_bytes of the reverse, so a READ's
+        data are its responses), goodput_bps (goodput_bytes over the time from the
+        first to the last packet of either direction; the text report's "rate" is
+        this value),
         opcodes {NAME: packets}, messages, request_packets,
         psn_gaps, psn_gap_packets, duplicate_packets, out_of_order_packets,
         retransmitted_packets, retransmission_ratio,
@@ -40,10 +50,14 @@ Top level
         out_of_order_packets, retransmitted_packets} (the READ RESPONSE stream of the
         reverse direction) or null, naks {CODE_NAME: n}, rnr_naks,
         rnr_timer_s[], ack_latency_s, read_latency_s ({count (all samples), min, p50, p90,
-        p99, max} over up to 16384 kept samples, or null), icrc_failures,
+        p99, max}, or null; min, max and count exact, the percentiles from a
+        netio.analyze.sketch.LatencySketch: the order statistic of rank
+        floor(q*(count-1)) within RELATIVE_ERROR = 1/33 while it lies within 2^32 of
+        max; at most MAX_SKETCH_BYTES = 4136 bytes per flow and latency kind),
+        icrc_failures,
         icrc_checked_packets,
         ecn {ect_packets, ce_packets, cnps (CNPs throttling this direction),
-        cnp_reaction_s, cnp_rate_violations, fecn_packets, becn_packets},
+        cnp_reaction_s (as the latencies), cnp_rate_violations, fecn_packets, becn_packets},
         throughput {interval_s, start_s[], bps[]}: data throughput (payload of first
         copies and of responses, as bit/s over the window) per window of interval_s
         from time_origin_ns. SPARSE: only windows in which the flow carried data are
@@ -52,6 +66,8 @@ Top level
         document grows with the packets, not with flows x span / interval_s (a dense
         series of a long capture with many flows would dwarf the rest of the document);
         consumers (and netio.analyze.plots) fill the missing windows with 0,
+        connection: the name of the connection whose QP this flow is sent to
+        (connections[].name) or null,
         reverse {dest_qp, packets, bytes, payload_bytes, data_bytes, opcodes, ecn,
         icrc_failures, request_packets, throughput (as above: the responses' data, e.g. READ
         responses)} or null,
@@ -64,7 +80,13 @@ Top level
         capture without packets); one list per capture, so its length is the span
         over interval_s, capped at netio.analyze.flows.MAX_SERIES_INTERVALS (marks
         later than that are counted in a warning instead),
-    assumptions[]: every assumption the analysis made, in words.
+    assumptions[]: every assumption the analysis made, in words,
+    error: null, or one line saying why the run failed (iperf3's convention: with
+        --json a failed run still writes exactly one document). When no capture could
+        be read the document is complete and error names each capture's problem; a
+        usage error, an interruption or running out of memory writes only
+        schema_version, tool, netio_version and error. The exit code
+        (netio.cli.exit_codes) says the same.
 """
 
 from __future__ import annotations
@@ -74,6 +96,6 @@ SCHEMA_VERSION = 1
 #: Keys every document has (tests check them; consumers may rely on them).
 TOP_LEVEL_KEYS: tuple[str, ...] = (
     "schema_version", "tool", "netio_version", "time_origin_ns", "native", "options",
-    "captures", "warnings", "findings", "pause_senders", "storms", "xon_storms", "spreading",
-    "flows", "fairness", "incast", "ecn_series", "assumptions",
+    "captures", "warnings", "connections", "findings", "pause_senders", "storms",
+    "xon_storms", "spreading", "flows", "fairness", "incast", "ecn_series", "assumptions", "error",
 )

@@ -19,6 +19,8 @@ victim flows are those of them that carried data.
 
 from __future__ import annotations
 
+import heapq
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -74,28 +76,110 @@ class Chain:
         return self.members[0]
 
 
+Sender = tuple[str, int]  # (capture, source MAC)
+
+
+class _WindowIndex:
+    """The chain members whose pause started within the causality window, indexed so
+    that "the oldest chain holding a recent member of a sender other than S" costs
+    O(log n): per sender a heap of its recent members' chain indices, and one heap
+    of (smallest chain index, sender) over senders, both pruned lazily."""
+
+    def __init__(self) -> None:
+        self.recent: deque[tuple[int, Sender, int]] = deque()  # (start_ns, sender, chain)
+        self.alive: set[tuple[Sender, int]] = set()
+        self.by_sender: dict[Sender, list[int]] = {}
+        self.version: dict[Sender, int] = {}
+        self.best: list[tuple[int, int, Sender]] = []  # (chain, version, sender)
+
+    def _publish(self, s: Sender) -> None:
+        """Push sender ``s``'s current smallest live chain (if any) as its one valid entry."""
+        h = self.by_sender[s]
+        while h and (s, h[0]) not in self.alive:
+            heapq.heappop(h)
+        v = self.version[s] = self.version.get(s, 0) + 1
+        if h:
+            heapq.heappush(self.best, (h[0], v, s))
+
+    def add(self, start_ns: int, s: Sender, chain: int) -> None:
+        self.recent.append((start_ns, s, chain))
+        self.alive.add((s, chain))
+        h = self.by_sender.setdefault(s, [])
+        smallest = h[0] if h else None
+        heapq.heappush(h, chain)
+        if smallest is None or chain < smallest or (s, smallest) not in self.alive:
+            self._publish(s)
+
+    def expire(self, before_ns: int) -> None:
+        """Forget members whose pause started before ``before_ns``."""
+        while self.recent and self.recent[0][0] < before_ns:
+            _, s, chain = self.recent.popleft()
+            self.alive.discard((s, chain))
+            h = self.by_sender[s]
+            if h and h[0] == chain:
+                self._publish(s)
+
+    def oldest_other(self, s: Sender) -> int | None:
+        """The smallest chain index holding a recent member of a sender other than ``s``."""
+        held: list[tuple[int, int, Sender]] = []
+        found = None
+        while self.best:
+            chain, v, who = self.best[0]
+            if self.version.get(who) != v:
+                heapq.heappop(self.best)  # superseded
+            elif who == s:
+                held.append(heapq.heappop(self.best))
+            else:
+                found = chain
+                break
+        for e in held:
+            heapq.heappush(self.best, e)
+        return found
+
+
+def group_chains(events: Sequence[PauseEvent], causality_ns: int) -> list[list[PauseEvent]]:
+    """Group pause events into chains (every chain, single members included).
+
+    Events are taken in (start, capture, MAC) order; an event joins the oldest
+    chain holding a member of another sender that started at most
+    ``causality_ns`` earlier, unless its sender is already in that chain (then
+    the event joins nothing); otherwise it starts a chain. A time-ordered sweep
+    over the members still inside the window: O(n log n) in events.
+    """
+    chains: list[list[PauseEvent]] = []
+    senders_in: list[set[Sender]] = []
+    window = _WindowIndex()
+    for ev in sorted(events, key=lambda e: (e.start_ns, e.capture, e.src_mac)):
+        s = (ev.capture, ev.src_mac)
+        window.expire(ev.start_ns - causality_ns)
+        target = window.oldest_other(s)
+        if target is None:
+            chains.append([ev])
+            senders_in.append({s})
+            window.add(ev.start_ns, s, len(chains) - 1)
+        elif s not in senders_in[target]:
+            chains[target].append(ev)
+            senders_in[target].add(s)
+            window.add(ev.start_ns, s, target)
+    return chains
+
+
 def build_chains(events: Sequence[PauseEvent], flows: Sequence[FlowSeen],
                  causality_ns: int) -> list[Chain]:
-    chains: list[list[PauseEvent]] = []
-    for ev in sorted(events, key=lambda e: (e.start_ns, e.capture, e.src_mac)):
-        for chain in chains:
-            if any(m.start_ns <= ev.start_ns <= m.start_ns + causality_ns
-                   and (m.capture, m.src_mac) != (ev.capture, ev.src_mac) for m in chain):
-                if all((m.capture, m.src_mac) != (ev.capture, ev.src_mac) for m in chain):
-                    chain.append(ev)
-                break
-        else:
-            chains.append([ev])
+    """Chains of at least two senders, with their converging flows and victims."""
+    toward_index: dict[tuple[str, int], list[FlowSeen]] = {}
+    for f in flows:
+        toward_index.setdefault((f.capture, f.dst_mac), []).append(f)
+
+    def toward(m: PauseEvent) -> list[FlowSeen]:
+        return [f for f in toward_index.get((m.capture, m.src_mac), ())
+                if m.priority is None or f.priority == m.priority]
+
     out = []
-    for chain in chains:
+    for chain in group_chains(events, causality_ns):
         if len(chain) < 2:
             continue
         root = chain[0]
-
-        def toward(m: PauseEvent) -> list[FlowSeen]:
-            return [f for f in flows if f.capture == m.capture and f.dst_mac == m.src_mac
-                    and (m.priority is None or f.priority == m.priority)]
-
         conv = toward(root)
         by_dst: dict[Address, int] = {}
         for f in conv:

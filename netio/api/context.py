@@ -54,6 +54,9 @@ DEFAULT_ACCESS = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
 IB_MTUS = (256, 512, 1024, 2048, 4096)
 _CLOSE_S = 5.0
 _LISTEN_ERRORS_KEPT = 32
+# Stream buffer: the tcp backend reads whole messages from it; a larger buffer means
+# fewer wake-ups per large message (asyncio pauses the socket at twice this).
+_STREAM_LIMIT_BYTES = 4 << 20
 
 _open_contexts: weakref.WeakSet[Context] = weakref.WeakSet()
 
@@ -167,7 +170,8 @@ class Context:
     async def _connect(self, host: str, port: int, timeout_s: float) -> Endpoint:
         peer = f"{host}:{port}"
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port),
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(
+                host, port, limit=_STREAM_LIMIT_BYTES),
                                                     timeout_s)
         except TimeoutError:
             raise Timeout(f"connect to {peer}", timeout_s,
@@ -262,7 +266,8 @@ class Context:
     async def _listen(self, host: str, port: int) -> Listener:
         listener = Listener(self)
         try:
-            server = await asyncio.start_server(listener.handle, host, port)
+            server = await asyncio.start_server(listener.handle, host, port,
+                                                limit=_STREAM_LIMIT_BYTES)
         except OSError as exc:
             raise ConnectFailed(f"listen on {host}:{port}: {exc.strerror or exc}",
                                 errno_value=exc.errno or 0) from None
@@ -533,7 +538,7 @@ def _make_backend(backend: str, *, device: str | None, port: int | None, gid: in
 
         return TcpBackend()
     try:
-        from netio.backends import verbs  # type: ignore[attr-defined]
+        from netio.backends import verbs
     except ImportError as exc:
         raise BackendUnavailable(f"the verbs backend cannot be loaded: {exc}",
                                  hint="apt-get install python3-pyverbs, then make install "

@@ -382,6 +382,8 @@ class Endpoint:
             return
         if c.status is not WcStatus.SUCCESS:
             future.set_exception(self.error_for(c, op.request))
+            if self._closed and c.status is WcStatus.WR_FLUSH_ERR:
+                future.exception()  # flushed by our own close: not an unretrieved error
         elif op.request.opcode in (WrOpcode.ATOMIC_FETCH_AND_ADD, WrOpcode.ATOMIC_CMP_AND_SWP):
             s = op.request.local[0]
             future.set_result(int.from_bytes(s.region.view[s.offset:s.offset + 8], "little"))

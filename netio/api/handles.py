@@ -111,7 +111,9 @@ class Runner:
             self.loop.close()
 
 
-def _copy_outcome(src: asyncio.Future[T], dst: asyncio.Future[T]) -> None:
+def _copy_outcome(src: asyncio.Future[T],
+                  dst: asyncio.Future[T] | concurrent.futures.Future[T]) -> None:
+    """Give ``dst`` (a future of any kind) the outcome of the finished ``src``."""
     if dst.done():
         return
     if src.cancelled():
@@ -153,7 +155,7 @@ class Pending(Generic[T]):
         outer: concurrent.futures.Future[T] = concurrent.futures.Future()
 
         def attach() -> None:
-            self._future.add_done_callback(lambda f: _to_concurrent(f, outer))
+            self._future.add_done_callback(lambda f: _copy_outcome(f, outer))
 
         self._runner.call(attach)
         try:
@@ -179,19 +181,8 @@ class Pending(Generic[T]):
     async def _foreign(self) -> T:
         outer: concurrent.futures.Future[T] = concurrent.futures.Future()
         self._runner.call(lambda: self._future.add_done_callback(
-            lambda f: _to_concurrent(f, outer)))
+            lambda f: _copy_outcome(f, outer)))
         return await asyncio.wrap_future(outer)
-
-
-def _to_concurrent(src: asyncio.Future[T], dst: concurrent.futures.Future[T]) -> None:
-    if dst.done():
-        return
-    if src.cancelled():
-        dst.cancel()
-    elif (exc := src.exception()) is not None:
-        dst.set_exception(exc)
-    else:
-        dst.set_result(src.result())
 
 
 async def gather(*ops: Awaitable[T]) -> list[T]:

@@ -6,13 +6,17 @@ storms, pause spreading chains (root, converging flows, victims), and per RoCE
 flow: counts, goodput, messages, PSN gaps, retransmissions, NAKs, RNR NAKs,
 ACK/READ latency, ECN marks and CNPs, ICRC failures; Jain fairness and incast.
 
-Exit codes:
-  0  analysed; no PFC or XON storm found
-  1  analysed; at least one PFC storm or XON storm found (for alerting scripts)
-  2  usage error (bad option or value)
-  3  no capture could be read at all (missing, empty, not a capture)
-Damaged or truncated captures are analysed up to the damage; a warning says
-where reading stopped, and the exit code follows the findings.
+Memory per flow direction is bounded: latency percentiles (p50/p90/p99) come
+from a mergeable log-linear quantile sketch (DDSketch-style, 16 buckets per
+octave) within 1/33 (3.0 %) relative error of the exact order statistic over
+a 2^32 range below the maximum (min and max exact); each sketch holds at most
+512 buckets (4 KiB, usually far fewer), one per latency kind a flow has.
+
+netio-analyze exits 0 (no storm), 1 (a PFC or XON storm found, for alerting
+scripts), 2 (usage), 3 (no capture could be read at all: missing, empty, not
+a capture, unsupported link type), 4 (the output could not be written) or
+130. Damaged or truncated captures are analysed up to the damage; a warning
+says where reading stopped, and the exit code follows the findings.
 """
 
 from __future__ import annotations
@@ -24,15 +28,23 @@ import time
 from collections.abc import Sequence
 from ipaddress import IPv4Address, IPv6Address
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from netio.analyze.options import DEFAULT_LINK_BPS, AnalysisOptions, FlowFilter
+from netio.analyze.report import DEFAULT_TOP_FLOWS
 from netio.analyze.units import parse_bitrate, parse_duration
+from netio.cli.exit_codes import EXIT_CODES_HELP, ExitCode
 
-EXIT_OK = 0
-EXIT_STORM = 1
-EXIT_USAGE = 2
-EXIT_UNREADABLE = 3
+EXIT_OK = ExitCode.OK
+EXIT_STORM = ExitCode.FOUND
+EXIT_USAGE = ExitCode.USAGE
+EXIT_UNREADABLE = ExitCode.UNREADABLE
+#: File name endings of captures in a directory given as input (each may also end in
+#: .gz, .xz or .zst: compressed captures are read directly).
+CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap")
+#: Without --jobs, captures are analysed in worker processes only when there are
+#: at least this many bytes of them (starting the workers costs about a second).
+POOL_MIN_BYTES = 64 << 20
 #: Show a progress bar on a terminal when the input is at least this large.
 PROGRESS_MIN_BYTES = 64 << 20
 
@@ -123,6 +135,16 @@ def parse_flow(text: str) -> FlowFilter:
                       ipv6=given is not None and given.version == 6)
 
 
+def _count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count (0 or more)")
+    return n
+
+
 def _flow(text: str) -> FlowFilter:
     try:
         return parse_flow(text)
@@ -131,20 +153,49 @@ def _flow(text: str) -> FlowFilter:
 
 
 class _Parser(argparse.ArgumentParser):
-    """Usage errors as one line on stderr (exit 2), not the usage text."""
+    """Usage errors as one line on stderr (exit 2), not the usage text; with --json
+    on the command line, also as a JSON document with an ``error`` member."""
+
+    json_wanted = False
 
     def error(self, message: str) -> NoReturn:
+        if self.json_wanted:
+            _json_error(f"usage: {message}")
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _json_error(message: str, doc: dict[str, Any] | None = None) -> None:
+    """Write the one JSON document of a failed run: ``doc`` (or the identifying
+    members alone) with ``error`` set, as iperf3 does."""
+    import json
+
+    from netio import __version__
+    from netio.analyze.schema import SCHEMA_VERSION
+
+    out = dict(doc) if doc is not None else {
+        "schema_version": SCHEMA_VERSION, "tool": "netio-analyze",
+        "netio_version": __version__}
+    out["error"] = message
+    if doc is not None:
+        from netio.analyze.report import write_json
+        write_json(out, sys.stdout)
+    else:
+        sys.stdout.write(json.dumps(out, indent=1) + "\n")
+    sys.stdout.flush()
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
-        prog="netio-analyze", description=__doc__,
+        prog="netio-analyze", description=__doc__, epilog=EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("captures", nargs="+", metavar="CAPTURE",
-                   help="pcap/pcapng files (a directory means its *.pcap and *.pcapng)")
+                   help="pcap/pcapng files, also gzip/xz/zstd-compressed (a directory means "
+                        "its *.pcap, *.pcapng and *.cap, compressed or not)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON document (schema: netio.analyze.schema) instead of text")
+    p.add_argument("--top", type=_count, default=DEFAULT_TOP_FLOWS, metavar="N",
+                   help=f"flows listed per capture in the text report (default "
+                        f"{DEFAULT_TOP_FLOWS}, most bytes first; --json has every flow)")
     p.add_argument("--plot", metavar="DIR", help="write PNG charts into DIR")
     p.add_argument("--link-speed", action="append", default=[], metavar="[FILE=]RATE",
                    help=f"link speed for pause quanta (default {DEFAULT_LINK_BPS / 1e9:g}G); "
@@ -173,6 +224,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ignore packets before T after the first packet")
     p.add_argument("--end", type=_duration_ns, metavar="T",
                    help="ignore packets from T after the first packet on")
+    p.add_argument("-j", "--jobs", type=_count, metavar="N",
+                   help="analyse up to N captures at once, each in a worker process "
+                        "(default: one per CPU when there are several captures and at least "
+                        "64 MiB of them; 1: in this process); the result is the same")
+    p.add_argument("--dask-scheduler", metavar="ADDRESS",
+                   help="analyse the captures on the workers of this dask.distributed "
+                        "scheduler (e.g. tcp://10.0.0.9:8786); the workers open the same "
+                        "paths, so give paths they share (needs netio[dask])")
     p.add_argument("--no-icrc", action="store_true", help="do not verify ICRCs")
     p.add_argument("--pure", action="store_true",
                    help="use the pure-Python reference decoder (slow; for cross-checks)")
@@ -182,11 +241,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _expand(paths: Sequence[str]) -> list[str]:
+    from netio.pcap.compressed import strip_compression_suffix
+
     out: list[str] = []
     for p in paths:
         if os.path.isdir(p):
             found = sorted(str(x) for x in Path(p).iterdir()
-                           if x.suffix in (".pcap", ".pcapng", ".cap"))
+                           if Path(strip_compression_suffix(x.name)).suffix in CAPTURE_SUFFIXES)
             out.extend(found)
         else:
             out.append(p)
@@ -195,6 +256,8 @@ def _expand(paths: Sequence[str]) -> list[str]:
 
 def _link_speeds(values: Sequence[str], parser: argparse.ArgumentParser
                  ) -> tuple[int, dict[str, int]]:
+    from netio.pcap.compressed import strip_compression_suffix
+
     default = DEFAULT_LINK_BPS
     per: dict[str, int] = {}
     for v in values:
@@ -204,7 +267,7 @@ def _link_speeds(values: Sequence[str], parser: argparse.ArgumentParser
         except ValueError as exc:
             parser.error(f"--link-speed: {exc}")
         if sep:
-            per[Path(name).stem] = bps
+            per[Path(strip_compression_suffix(Path(name).name)).stem] = bps
         else:
             default = bps
     return default, per
@@ -220,7 +283,7 @@ class _Bar:
         if now - self.last < 0.2 and done < total:
             return
         self.last = now
-        frac = done / total if total else 1.0
+        frac = min(1.0, done / total) if total else 1.0  # compressed: bytes read may exceed
         width = 30
         bar = "#" * int(frac * width)
         rate = done / max(1e-9, now - self.start) / 1e6
@@ -231,8 +294,31 @@ class _Bar:
         sys.stderr.write("\n")
 
 
+def _mapper(args: argparse.Namespace, n_captures: int, total_bytes: int) -> Any:
+    """Where the per-capture analyses run (netio.analyze.distribute), None for here.
+    Without --jobs: one worker per CPU when there are several captures and enough
+    data to repay starting the workers (POOL_MIN_BYTES), else this process."""
+    from netio.analyze.distribute import DaskMapper, ProcessMapper
+
+    if args.dask_scheduler:
+        return DaskMapper(args.dask_scheduler)
+    if args.jobs is not None:
+        jobs = args.jobs
+    else:
+        jobs = len(os.sched_getaffinity(0)) if total_bytes >= POOL_MIN_BYTES else 1
+    jobs = min(jobs, n_captures)
+    return ProcessMapper(jobs) if jobs > 1 else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    # The analysis uses no BLAS: keep numpy's OpenBLAS from starting (spinning)
+    # worker threads, so each analysing process runs on one core. Set before the
+    # first import of numpy (after the options are parsed).
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if isinstance(parser, _Parser):
+        parser.json_wanted = "--json" in argv
     args = parser.parse_args(argv)
     paths = _expand(args.captures)
     if not paths:
@@ -246,32 +332,58 @@ def main(argv: Sequence[str] | None = None) -> int:
         causality_ns=args.causality_window, interval_ns=max(1, args.interval),
         incast_senders=args.incast_senders, priorities=args.priority, flow=args.flow,
         start_ns=args.start, end_ns=args.end, verify_icrc=not args.no_icrc)
-    # The analysis uses no BLAS: keep numpy's OpenBLAS from starting (spinning)
-    # worker threads, so netio-analyze runs on one core. numpy is first imported here.
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from netio.analyze.engine import analyze
     from netio.analyze.plots import write_plots
-    from netio.analyze.report import to_json, to_text
+    from netio.analyze.report import to_text, write_json
+    from netio.errors import ClusterError
 
     total = sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
     show = args.progress == "always" or (
         args.progress == "auto" and sys.stderr.isatty() and total >= PROGRESS_MIN_BYTES)
     bar = _Bar() if show else None
     try:
-        doc = analyze(paths, opts, use_native=False if args.pure else None, progress=bar)
+        mapper = _mapper(args, len(paths), total)
+    except ClusterError as exc:
+        sys.stderr.write(f"netio-analyze: error: {exc}\n")
+        if args.json:
+            _json_error(str(exc))
+        return ExitCode.FAILED
+    try:
+        doc = analyze(paths, opts, use_native=False if args.pure else None, progress=bar,
+                      mapper=mapper, stream_flows=True)
+    except ClusterError as exc:
+        sys.stderr.write(f"netio-analyze: error: {exc}\n")
+        if args.json:
+            _json_error(str(exc))
+        return ExitCode.FAILED
     except KeyboardInterrupt:
         sys.stderr.write("netio-analyze: interrupted\n")
-        return 130
+        if args.json:
+            _json_error("interrupted")
+        return ExitCode.INTERRUPTED
+    except MemoryError:
+        sys.stderr.write("netio-analyze: error: out of memory\n")
+        if args.json:
+            _json_error("out of memory")
+        return ExitCode.FAILED
     finally:
         if bar is not None:
             bar.close()
+        if mapper is not None:
+            mapper.close()
     for w in doc["warnings"]:
         sys.stderr.write(f"netio-analyze: warning: {w}\n")
     readable = [c for c in doc["captures"] if c["readable"]]
     if not readable:
         sys.stderr.write("netio-analyze: error: no capture could be read\n")
+        if args.json:
+            why = "; ".join(w for c in doc["captures"] for w in c["warnings"])
+            _json_error(f"no capture could be read: {why}", doc)
         return EXIT_UNREADABLE
-    sys.stdout.write(to_json(doc) if args.json else to_text(doc))
+    if args.json:
+        write_json(doc, sys.stdout)
+    else:
+        sys.stdout.write(to_text(doc, top=args.top))
     if args.plot:
         for path in write_plots(doc, args.plot):
             sys.stderr.write(f"netio-analyze: wrote {path}\n")

@@ -2,14 +2,17 @@
 
 Each line shows the frame number (1-based), the time since the first frame,
 the addresses, and the decoded RoCEv2 (opcode, dest QP, PSN, AckReq ``A``,
-extension headers, payload bytes, ICRC verdict) or PFC/PAUSE content.
+extension headers, payload bytes, ICRC verdict) or PFC/PAUSE content. A frame
+cut by the capture's snap length shows ``payload=CAPTURED/CARRIED`` (e.g.
+``payload=74/1024``) and no ICRC verdict.
 ``--summary`` prints only the per-opcode and per-kind counts.
 
-Exit codes: 0 read to the end (or the --count frames); 1 the capture is
-damaged (the frames before the damage were decoded, the warning says where
-reading stopped); 2 the file cannot be read as a capture or the arguments are
-wrong; 130 interrupted (Ctrl-C); 141 the reader of the output went away
-(``| head``), as for a tool killed by SIGPIPE, without a message.
+Exit codes (netio.cli.exit_codes): 0 read to the end (or the --count
+frames); 1 the capture is damaged (the frames before the damage were decoded,
+the warning says where reading stopped); 2 the arguments are wrong; 3 the
+file cannot be read as a capture (or has a link type netio does not read);
+130 interrupted (Ctrl-C); 141 the reader of the output went away (``| head``),
+as for a tool killed by SIGPIPE, without a message.
 """
 
 from __future__ import annotations
@@ -21,17 +24,19 @@ import warnings
 from collections import Counter
 from typing import Any, TextIO
 
+from netio.cli.exit_codes import EXIT_CODES_HELP, ExitCode
 from netio.errors import CaptureError, CaptureWarning, DecodeError
 from netio.pcap import open_capture
+from netio.pcap.format import SUPPORTED_LINKTYPES, unsupported_linktype
 from netio.wire import Frame, decode_frame, format_mac
 from netio.wire.bth import Opcode
 from netio.wire.ext import AckType
 
-EXIT_OK = 0
-EXIT_DAMAGED = 1
-EXIT_UNREADABLE = 2
-EXIT_INTERRUPTED = 130
-EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
+EXIT_OK = ExitCode.OK
+EXIT_DAMAGED = ExitCode.FOUND
+EXIT_UNREADABLE = ExitCode.UNREADABLE
+EXIT_INTERRUPTED = ExitCode.INTERRUPTED
+EXIT_BROKEN_PIPE = ExitCode.BROKEN_PIPE
 
 
 def _positive(text: str) -> int:
@@ -47,7 +52,8 @@ def _positive(text: str) -> int:
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "decode", help="decode a capture frame by frame (RoCEv2, CNP, CM MADs, PFC, PAUSE)",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        description=__doc__, epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("capture", help="pcap or pcapng file")
     parser.add_argument("-c", "--count", type=_positive, default=None, metavar="N",
                         help="stop after N frames (N >= 1)")
@@ -106,12 +112,25 @@ def describe(frame: Frame, *, check_icrc: bool = True) -> str:
         parts.append(f"MAD(class=0x{mad.mgmt_class:02x} method=0x{mad.method:02x} attr={attr})")
     if frame.ecn is not None and frame.ecn == 3:
         parts.append("CE")
-    parts.append(f"payload={len(frame.payload)}")
+    parts.append(_payload_text(frame))
     if check_icrc:
         verdict = frame.icrc_ok()
         if verdict is False:
             parts.append("ICRC-BAD")
     return " ".join(parts)
+
+
+def _payload_text(frame: Frame) -> str:
+    """``payload=N``, or ``payload=N/M`` when the snap length kept N of the M bytes
+    the packet carried (its IP length says M; the pad and the ICRC are not payload)."""
+    n = len(frame.payload)
+    if not frame.truncated or frame.roce is None:
+        return f"payload={n}"
+    payload_end = frame.l3_end - 4 - frame.roce.bth.pad_count
+    captured = len(frame.raw)
+    if captured >= payload_end:
+        return f"payload={n}"
+    return f"payload={n}/{payload_end - (captured - n)}"
 
 
 def _opcode_name(opcode: int) -> str:
@@ -165,6 +184,7 @@ def _decode(args: argparse.Namespace, out: TextIO) -> int:
     undecodable = 0
     damaged = False
     first_ts: int | None = None
+    unsupported: Counter[int] = Counter()  # records per link type netio does not read
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CaptureWarning)
         try:
@@ -174,6 +194,9 @@ def _decode(args: argparse.Namespace, out: TextIO) -> int:
                         break
                     first_ts = record.ts_ns if first_ts is None else first_ts
                     rel_s = (record.ts_ns - first_ts) / 1e9
+                    if record.linktype not in SUPPORTED_LINKTYPES:
+                        unsupported[record.linktype] += 1  # said once, below
+                        continue
                     try:
                         frame = decode_frame(record.frame, record.linktype,
                                              allow_truncated=True)
@@ -200,6 +223,13 @@ def _decode(args: argparse.Namespace, out: TextIO) -> int:
     for warning in caught:
         damaged = damaged or issubclass(warning.category, CaptureWarning)
         print(f"netio decode: warning: {warning.message}", file=sys.stderr)
+    if unsupported and not counts:
+        lt = unsupported.most_common(1)[0][0]
+        print(f"netio decode: {args.capture}: {unsupported_linktype(lt)}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    for lt, n in sorted(unsupported.items()):
+        print(f"netio decode: warning: {args.capture}: {n} frames skipped: "
+              f"{unsupported_linktype(lt)}", file=sys.stderr)
     total = sum(counts.values())
     print(f"{total} frames, {bad_icrc} bad ICRC, {undecodable} undecodable", file=out)
     for name, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):

@@ -1,13 +1,17 @@
 """``netio perftest write|read|send|atomic [HOST]``: be either side of
 perftest's ``ib_write_bw``, ``ib_read_bw``, ``ib_send_bw`` or ``ib_atomic_bw``
-(RC), over the soft RoCE engine.
+(RC), over netio's IO API (``--backend soft``, the default: netio's RoCE
+engine; ``verbs``: rdma-core; ``tcp``: netio to netio only).
 
 Without HOST netio is the server and waits for perftest's client; with HOST it
 connects to perftest's server. Options mean what perftest's do (``-s``, ``-n``,
-``-t``, ``-r``, ``-m``, ``-p``, ``-A``); ``-x``, ``-d`` and ``-F`` are accepted
-for copy-paste and ignored. Both sides need the same ``-s``/``-n``. Bandwidth
-is reported in MiB/s (perftest's "MB/sec") and the message rate in Mpps; as a
-WRITE/READ/ATOMIC server netio prints the client's report, as perftest does.
+``-t``, ``-r``, ``-m``, ``-p``, ``-A``); ``-d``, ``-i`` and ``-x`` choose the
+device, port and GID index with ``--backend verbs`` and are ignored otherwise;
+``-F`` is accepted for copy-paste and ignored. Every step of the exchange and
+every wait for completions is bounded by ``--timeout``. Both sides need the
+same ``-s``/``-n``. Bandwidth is reported in MiB/s (perftest's "MB/sec") and
+the message rate in Mpps; as a WRITE/READ/ATOMIC server netio prints the
+client's report, as perftest does.
 netio measures no per-iteration peak: "BW peak" is the average.
 
 Exit codes: 0 done; 1 the test failed (no server, a failed completion, a
@@ -90,8 +94,11 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
                              "(default 4096)")
     parser.add_argument("-A", "--atomic_type", choices=[a.value for a in AtomicType],
                         default=AtomicType.FETCH_AND_ADD.value, help="atomic operation")
-    parser.add_argument("-x", "--gid-index", type=int, default=None, help=argparse.SUPPRESS)
-    parser.add_argument("-d", "--ib-dev", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("-x", "--gid-index", type=int, default=None,
+                        help="GID index (--backend verbs)")
+    parser.add_argument("-d", "--ib-dev", default=None, help="RDMA device (--backend verbs)")
+    parser.add_argument("-i", "--ib-port", type=int, default=None,
+                        help="device port (--backend verbs)")
     parser.add_argument("-F", "--CPU-freq", action="store_true", help=argparse.SUPPRESS)
     add_driver_options(parser)
 
@@ -139,7 +146,7 @@ async def _run(config: PerftestConfig) -> PerftestResult:
 
     if config.server is not None:
         return await run_perftest(config, on_event=on_event)
-    listener = PerftestListener()
+    listener = PerftestListener(config.timeout_s)
     await listener.listen(None, config.port)
     try:
         print(f"  waiting for a client on TCP port {listener.port}", flush=True)
@@ -156,6 +163,8 @@ def run(args: argparse.Namespace) -> int:
             rx_depth=args.rx_depth, mtu_bytes=args.mtu,
             atomic_type=AtomicType(args.atomic_type), timeout_s=args.timeout,
             rx_mode=RxMode(args.rx_mode), faults=faults_from_args(args), fault_seed=args.seed,
+            backend=args.backend, device=args.ib_dev, gid_index=args.gid_index,
+            ib_port=args.ib_port,
         )
     except (ExchangeError, ValueError) as exc:
         print(f"netio perftest: {exc}", file=sys.stderr)

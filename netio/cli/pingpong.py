@@ -1,14 +1,20 @@
 """``netio pingpong``: be either side of ``ibv_rc_pingpong``, ``ibv_uc_pingpong``
-or ``ibv_ud_pingpong`` (rdma-core's libibverbs examples), over the soft RoCE
-engine.
+or ``ibv_ud_pingpong`` (rdma-core's libibverbs examples), over netio's IO API
+(``--backend soft``, the default: netio's RoCE engine; ``verbs``: rdma-core;
+``tcp``: netio to netio only, RC only).
 
 Without HOST netio is the server and waits for the tool's client; with HOST
 it connects to the tool's server. The options mean what they mean to the
-tools (``-s``, ``-n``, ``-m``, ``-r``, ``-p``, ``--chk``); ``-g``, ``-d``,
-``-i``, ``-l`` and ``-e`` are accepted for copy-paste and ignored (netio has
-one RoCEv2 GID, ``::ffff:<bind address>``, and polls). ``--chk`` checks every
-received message byte by byte against the ``--chk`` client's pattern, so the
-peer must use ``--chk`` too. Output follows the tools'.
+tools (``-s``, ``-n``, ``-m``, ``-r``, ``-p``, ``--chk``); ``-d``, ``-i`` and
+``-g`` choose the device, port and GID index with ``--backend verbs`` and are
+ignored otherwise (the soft engine has one RoCEv2 GID, ``::ffff:<bind
+address>``); ``-l`` and ``-e`` are accepted for copy-paste and ignored (netio
+polls). ``--chk`` checks every received message byte by byte against the
+``--chk`` client's pattern, so the peer must use ``--chk`` too. Output follows
+the tools'. Every step of the exchange (connect, waiting for the client, each
+message) and every wait for a completion is bounded by ``--timeout``; a
+failed completion says why when netio knows (a path-MTU mismatch names both
+MTUs).
 
 Exit codes: 0 done; 1 the test failed (no server, a failed completion, a
 timeout, a --chk mismatch); 2 bad arguments; 130 interrupted (Ctrl-C); 141
@@ -33,6 +39,7 @@ from netio.cli.soft_options import (
     standalone_main,
 )
 from netio.errors import ExchangeError
+from netio.interop.backend import gid_text
 from netio.interop.pingpong import (
     DEFAULT_PORT,
     PingpongAddress,
@@ -74,9 +81,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="number of exchanges (default 1000)")
     parser.add_argument("-c", "--chk", action="store_true",
                         help="validate every received message (the peer must use --chk)")
-    parser.add_argument("-g", "--gid-idx", type=int, default=None, help=argparse.SUPPRESS)
-    parser.add_argument("-d", "--ib-dev", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("-i", "--ib-port", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("-g", "--gid-idx", type=int, default=None,
+                        help="GID index (--backend verbs)")
+    parser.add_argument("-d", "--ib-dev", default=None, help="RDMA device (--backend verbs)")
+    parser.add_argument("-i", "--ib-port", type=int, default=None,
+                        help="device port (--backend verbs)")
     parser.add_argument("-l", "--sl", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("-e", "--events", action="store_true", help=argparse.SUPPRESS)
     add_driver_options(parser)
@@ -93,8 +102,7 @@ def address_line(side: str, addr: PingpongAddress, transport: QpType) -> str:
 
 def _gid_text(addr: PingpongAddress) -> str:
     """The GID as the tools print it (``inet_ntop``: IPv4-mapped in dotted form)."""
-    mapped = addr.gid.ipv4_mapped
-    return f"::ffff:{mapped}" if mapped is not None else str(addr.gid)
+    return gid_text(addr.gid)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -105,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
             transport=transport, server=args.host, port=args.port, local_ip=args.bind,
             size_bytes=size, iters=args.iters, mtu_bytes=args.mtu, rx_depth=args.rx_depth,
             chk=args.chk, timeout_s=args.timeout, rx_mode=RxMode(args.rx_mode),
-            faults=faults_from_args(args), fault_seed=args.seed,
+            faults=faults_from_args(args), fault_seed=args.seed, backend=args.backend,
+            device=args.ib_dev, ib_port=args.ib_port, gid_index=args.gid_idx,
         )
     except (ExchangeError, ValueError) as exc:
         print(f"netio pingpong: {exc}", file=sys.stderr)
@@ -134,7 +143,7 @@ async def _run(config: PingpongConfig) -> PingpongResult:
 
     if config.server is not None:
         return await run_pingpong(config, on_address=on_address, on_waiting=_note)
-    listener = PingpongListener()
+    listener = PingpongListener(config.timeout_s)
     await listener.listen(None, config.port)
     try:
         _note(f"waiting for a client on TCP port {listener.port}")

@@ -6,8 +6,9 @@
     netio scenario --list                      # the built-in presets
 
 Each port becomes ``OUTDIR/<port>.pcap``; ``OUTDIR/truth.json`` holds what
-``netio-analyze --json`` must report for them. Exit 0 on success, 2 on a bad
-scenario or option.
+``netio-analyze --json`` must report for them. Exit codes (netio.cli.exit_codes):
+0 written, 2 bad option (or unknown preset), 3 invalid scenario file, 4 the output
+could not be written.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ import argparse
 import sys
 from typing import Any
 
+from netio.cli.exit_codes import EXIT_CODES_HELP, ExitCode
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("scenario", help="generate captures + ground truth",
-                              description=__doc__,
+                              description=__doc__, epilog=EXIT_CODES_HELP,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     src = p.add_mutually_exclusive_group()
     src.add_argument("--preset", help="built-in scenario name (see --list)")
@@ -33,17 +36,17 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from netio.analyze.presets import PRESETS, bench_dict, preset
-    from netio.analyze.scenario import generate, load_scenario, scenario_from_dict
     from netio.errors import ScenarioError
+    from netio.scenario import generate, load_scenario, scenario_from_dict
+    from netio.scenario.presets import PRESETS, bench_dict, preset
 
     if args.list:
         for name, text in PRESETS.items():
             print(f"{name:8s} {text}")
-        return 0
+        return ExitCode.OK
     if not args.outdir:
         sys.stderr.write("netio scenario: an output directory is required\n")
-        return 2
+        return ExitCode.USAGE
     try:
         if args.file:
             scenario = load_scenario(args.file)
@@ -54,17 +57,19 @@ def run(args: argparse.Namespace) -> int:
         else:
             name = args.preset or "demo"
             if name not in PRESETS:
-                raise ScenarioError(f"unknown preset {name!r} (have: {', '.join(PRESETS)})")
+                sys.stderr.write(f"netio scenario: unknown preset {name!r} "
+                                 f"(have: {', '.join(PRESETS)})\n")
+                return ExitCode.USAGE
             scenario = preset(name)
         out = generate(scenario, args.outdir, truth=not args.no_truth)
     except ScenarioError as exc:
         sys.stderr.write(f"netio scenario: {exc}\n")
-        return 2
+        return ExitCode.UNREADABLE
     except OSError as exc:
         sys.stderr.write(f"netio scenario: {args.outdir}: {exc.strerror}\n")
-        return 2
+        return ExitCode.FAILED
     for path in out.captures:
         print(path)
     if scenario.story:
         sys.stderr.write(f"story: {scenario.story}\n")
-    return 0
+    return ExitCode.OK

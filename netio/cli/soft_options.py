@@ -1,6 +1,6 @@
-"""Command-line options of the soft RoCE driver, shared by the commands that
-run it (``netio pingpong``, ``netio perftest``): receive mode and the seeded
-lossy link on this endpoint's egress."""
+"""Command-line options shared by the tool commands (``netio pingpong``, ``netio
+perftest``): the backend, the timeout, and the soft RoCE driver's receive mode and
+seeded lossy link on this endpoint's egress."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from netio.backends.soft import RxMode
-from netio.errors import DriverSocketError, ExchangeError
+from netio.errors import DriverSocketError, ExchangeError, IoError
+from netio.interop.backend import TOOL_BACKENDS
 from netio.roce import LinkFaults
 
 
@@ -57,6 +58,10 @@ def _ipv4(text: str) -> ipaddress.IPv4Address:
 
 
 def add_driver_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", choices=TOOL_BACKENDS, default="soft",
+                        help="netio backend: soft (netio's RoCE engine, default), verbs "
+                             "(rdma-core: a RoCE NIC or rxe), tcp (only to netio --backend "
+                             "tcp; never to a kernel tool)")
     group = parser.add_argument_group("soft RoCE driver")
     group.add_argument("-B", "--bind", type=_ipv4, default=None, metavar="IP",
                        help="local RoCE address (GID ::ffff:IP); default: as a server the "
@@ -66,8 +71,10 @@ def add_driver_options(parser: argparse.ArgumentParser) -> None:
                             "CAP_NET_RAW) or a UDP socket (ICRC checked without the IP ID); "
                             "auto: raw when permitted")
     group.add_argument("--timeout", type=_seconds, default=60.0, metavar="S",
-                       help="give up after S seconds without a completion; a client also "
-                            "retries connecting to its server for that long (default 60)")
+                       help="deadline of every step: a client retries connecting to its "
+                            "server for S seconds, a server waits S seconds for its client, "
+                            "each exchange message must come within S, and the test gives "
+                            "up after S seconds without a completion (default 60)")
     lossy = parser.add_argument_group("lossy link (this endpoint's egress, seeded)")
     for name in ("drop", "duplicate", "corrupt", "reorder", "delay"):
         lossy.add_argument(f"--{name}", type=_probability, default=0.0, metavar="P",
@@ -138,7 +145,7 @@ def run_driver_command(prog: str, args: Any, main: Coroutine[Any, Any, ResultT],
     except DriverSocketError as exc:
         print(f"{prog}: {driver_error_text(exc, args)}", file=sys.stderr)
         return EXIT_FAILED
-    except (ExchangeError, OSError) as exc:
+    except (ExchangeError, IoError, OSError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except MemoryError:

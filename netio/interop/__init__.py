@@ -5,6 +5,10 @@ perftest (``ib_write_bw`` ...) running on a kernel RoCE device.
 ``pingpong``: the libibverbs examples' TCP exchange and test loop.
 ``perftest``: perftest's TCP exchange (versions, MTU, ``pingpong_dest`` keys,
 reports) and its bandwidth tests.
+``oob``: the TCP connection both exchanges run on, every step with a deadline.
+``backend``: how the tools open their netio context (soft, verbs or tcp).
 
-Both raise :class:`netio.errors.ExchangeError` when the exchange or the test fails.
+Both tools are users of the IO API (:func:`netio.open`, ``ctx.endpoint`` and
+``Endpoint.connect_to`` with the addresses their own exchanges carry). They raise
+:class:`netio.errors.ExchangeError` when the exchange or the test fails.
 """

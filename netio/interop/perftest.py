@@ -31,27 +31,21 @@ import enum
 import ipaddress
 import random
 import struct
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from netio.backends.soft import DriverStats, RxMode, SoftRoceDriver
-from netio.errors import ExchangeError
-from netio.interop import tcp
-from netio.roce import (
-    Access,
-    Completion,
-    CompletionQueue,
-    LinkFaults,
-    MemoryRegion,
-    QpAttributes,
-    QpState,
-    QpType,
-    QueuePair,
-    RecvWr,
-    SendWr,
-    WcStatus,
-    WrOpcode,
-)
+from netio.api.context import Context, Listener
+from netio.api.endpoint import Endpoint, WorkRequest
+from netio.api.handles import Pending
+from netio.api.region import LocalSlice, Region, RemoteRegion
+from netio.api.types import Access, Completion, QpType, WcStatus
+from netio.backends.base import QpAddress, Transport
+from netio.backends.soft import RxMode
+from netio.errors import ExchangeError, OperationError
+from netio.interop import backend as tool_backend
+from netio.interop import oob
+from netio.roce import LinkFaults
 from netio.roce.verbs import MAX_MESSAGE_BYTES
 
 DEFAULT_PORT = 18515
@@ -182,10 +176,11 @@ class PerftestChannel:
     """One perftest TCP connection, in the client or the server role."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 *, is_client: bool) -> None:
+                 *, is_client: bool, timeout_s: float = oob.DEFAULT_TIMEOUT_S) -> None:
         self._reader = reader
         self._writer = writer
         self.is_client = is_client
+        self.timeout_s = timeout_s  # the deadline of every read and write
         self.peer_version = ""
 
     @property
@@ -195,32 +190,22 @@ class PerftestChannel:
 
     @classmethod
     async def connect(cls, host: str, port: int = DEFAULT_PORT, *,
-                      timeout_s: float = 30.0,
+                      timeout_s: float = oob.DEFAULT_TIMEOUT_S,
                       on_waiting: Callable[[str], None] | None = None) -> PerftestChannel:
         """Connect as the client, retrying until the server listens."""
-        reader, writer = await tcp.connect(host, port, timeout_s=timeout_s,
+        reader, writer = await oob.connect(host, port, timeout_s=timeout_s,
                                            step="perftest connect", on_waiting=on_waiting)
-        return cls(reader, writer, is_client=True)
+        return cls(reader, writer, is_client=True, timeout_s=timeout_s)
 
     async def xchg(self, mine: bytes, step: str) -> bytes:
         """``ctx_xchg_data``: the client writes then reads; the server reads
-        then writes. Both blobs have the same size."""
+        then writes. Both blobs have the same size; each within the timeout."""
         if self.is_client:
-            self._writer.write(mine)
-            await self._writer.drain()
-            return await self._read(len(mine), step)
-        theirs = await self._read(len(mine), step)
-        self._writer.write(mine)
-        await self._writer.drain()
+            await oob.write(self._writer, mine, step, self.timeout_s)
+            return await oob.read_exact(self._reader, len(mine), step, self.timeout_s)
+        theirs = await oob.read_exact(self._reader, len(mine), step, self.timeout_s)
+        await oob.write(self._writer, mine, step, self.timeout_s)
         return theirs
-
-    async def _read(self, nbytes: int, step: str) -> bytes:
-        try:
-            return await self._reader.readexactly(nbytes)
-        except asyncio.IncompleteReadError as exc:
-            raise ExchangeError(
-                step, f"peer closed after {len(exc.partial)} of {nbytes} bytes"
-            ) from exc
 
     async def exchange_versions(self, version: str = PERFTEST_VERSION) -> str:
         raw = version.encode("ascii")[: VERSION_FIELD_BYTES - 1].ljust(VERSION_FIELD_BYTES, b"\0")
@@ -287,7 +272,7 @@ class PerftestChannel:
         await self.hand_shake(mine)
         self._writer.write(DONE_MESSAGE)
         try:
-            await self._writer.drain()
+            await asyncio.wait_for(self._writer.drain(), self.timeout_s)
             # The peer's "done" is not read by perftest either; take it if it comes.
             await asyncio.wait_for(self._reader.read(len(DONE_MESSAGE)), timeout=1.0)
         except (OSError, TimeoutError):
@@ -299,12 +284,14 @@ class PerftestChannel:
         self._writer.close()
 
 
-class PerftestListener(tcp.Listener[PerftestChannel]):
-    """Accepts perftest clients (the server role)."""
+class PerftestListener(oob.Listener[PerftestChannel]):
+    """Accepts perftest clients (the server role); ``timeout_s`` bounds each step of
+    their exchanges."""
 
-    def __init__(self) -> None:
-        super().__init__(lambda reader, writer: PerftestChannel(reader, writer, is_client=False),
-                         "perftest server", DEFAULT_PORT)
+    def __init__(self, timeout_s: float = oob.DEFAULT_TIMEOUT_S) -> None:
+        super().__init__(lambda reader, writer: PerftestChannel(
+            reader, writer, is_client=False, timeout_s=timeout_s),
+            "perftest server", DEFAULT_PORT, timeout_s)
 
 
 # -- the tests ---------------------------------------------------------------------------
@@ -330,7 +317,10 @@ class PerftestConfig:
 
     The options mean what perftest's do (``-s``, ``-n``, ``-t`` tx depth,
     ``-r`` rx depth, ``-m`` MTU, ``-p`` port, ``-A``). ``mtu_bytes`` is what
-    netio offers; the smaller of both sides' MTUs is used."""
+    netio offers; the smaller of both sides' MTUs is used. ``timeout_s`` bounds
+    every step: connecting, waiting for the client, each exchange message, and
+    each wait for completions. ``backend`` is the netio backend; ``device`` and
+    ``gid_index`` (perftest's ``-d``, ``-x``) choose the verbs device."""
 
     verb: PerftestVerb
     server: str | None = None
@@ -346,17 +336,22 @@ class PerftestConfig:
     rx_mode: RxMode = RxMode.AUTO
     faults: LinkFaults | None = None
     fault_seed: int = 0
+    backend: str = "soft"
+    device: str | None = None
+    ib_port: int | None = None
+    gid_index: int | None = None
 
     def __post_init__(self) -> None:
         step = "perftest options"
-        tcp.check_options(step, client=self.server is not None, port=self.port,
+        tool_backend.check_backend(step, self.backend)
+        oob.check_options(step, client=self.server is not None, port=self.port,
                           timeout_s=self.timeout_s)
         # perftest sends the iterations as a 64-bit field of its report
-        tcp.check_range(step, "iterations (-n)", self.iters, 1, (1 << 63) - 1)
-        tcp.check_range(step, "tx depth (-t)", self.tx_depth, 1, tcp.MAX_QUEUE_DEPTH)
-        tcp.check_range(step, "rx depth (-r)", self.rx_depth, 1, tcp.MAX_QUEUE_DEPTH)
+        oob.check_range(step, "iterations (-n)", self.iters, 1, (1 << 63) - 1)
+        oob.check_range(step, "tx depth (-t)", self.tx_depth, 1, oob.MAX_QUEUE_DEPTH)
+        oob.check_range(step, "rx depth (-r)", self.rx_depth, 1, oob.MAX_QUEUE_DEPTH)
         if self.size_bytes is not None:
-            tcp.check_range(step, "message size (-s)", self.size_bytes, 1, MAX_MESSAGE_BYTES)
+            oob.check_range(step, "message size (-s)", self.size_bytes, 1, MAX_MESSAGE_BYTES)
         if self.verb is PerftestVerb.ATOMIC and self.size_bytes not in (None, ATOMIC_SIZE_BYTES):
             raise ExchangeError("perftest options", "atomic operations are 8 bytes")
         mtu_to_enum(self.mtu_bytes)
@@ -372,7 +367,8 @@ class PerftestConfig:
 class PerftestResult:
     """The outcome on netio's side; ``report`` is netio's own measurement
     (zeros on a WRITE/READ/ATOMIC server, which measures nothing, as perftest's),
-    ``peer_report`` what the peer sent (WRITE/READ/ATOMIC only)."""
+    ``peer_report`` what the peer sent (WRITE/READ/ATOMIC only), ``counters`` the
+    endpoint's (:meth:`netio.Endpoint.counters`)."""
 
     verb: PerftestVerb
     is_client: bool
@@ -382,7 +378,7 @@ class PerftestResult:
     peer_version: str
     report: BwReport
     peer_report: BwReport | None
-    driver: DriverStats
+    counters: dict[str, int] = field(default_factory=dict)
 
 
 def remote_offset(index: int, size_bytes: int, cycle_buffer_bytes: int, cache_line_bytes: int,
@@ -402,7 +398,8 @@ def _ipv4_of(gid: ipaddress.IPv6Address) -> ipaddress.IPv4Address:
     mapped = gid.ipv4_mapped
     if mapped is None:
         raise ExchangeError("perftest keys", f"peer GID {gid} is not IPv4-mapped (use -x with "
-                                             "the RoCEv2 IPv4 GID index)")
+                                             "the RoCEv2 IPv4 GID index; a netio peer with "
+                                             "--backend tcp sends none)")
     return mapped
 
 
@@ -417,28 +414,26 @@ async def run_perftest(config: PerftestConfig, *, listener: PerftestListener | N
     progress: ``("waiting", text)`` when a client's first connection attempt
     fails and it keeps retrying, ``("local"|"remote", keys)``, ``("mtu",
     bytes)``, ``("report"|"peer_report", BwReport)``."""
+    tool_port = config.port
     if config.server is None:
         if listener is None:
-            listener = PerftestListener()
+            listener = PerftestListener(config.timeout_s)
             await listener.listen(None, config.port)
         try:
-            channel = await listener.accept()
+            tool_port = listener.port
+            channel = await listener.accept(config.timeout_s)
         finally:
             await listener.close()
+        channel.timeout_s = config.timeout_s
         local_ip = config.local_ip or ipaddress.IPv4Address(channel.local_ip)
     else:
-        local_ip = config.local_ip or tcp.route_source_ip(config.server, config.port,
+        local_ip = config.local_ip or oob.route_source_ip(config.server, config.port,
                                                           "perftest route")
         waiting = None if on_event is None else (lambda text: on_event("waiting", text))
         channel = await PerftestChannel.connect(config.server, config.port,
                                                 timeout_s=config.timeout_s, on_waiting=waiting)
     try:
-        driver = await SoftRoceDriver.open(local_ip, rx_mode=config.rx_mode,
-                                           faults=config.faults, fault_seed=config.fault_seed)
-        try:
-            return await _PerftestRun(config, channel, driver, on_event).run()
-        finally:
-            await driver.close()
+        return await _PerftestRun(config, channel, local_ip, tool_port, on_event).run()
     except BaseException:
         channel.abort()
         raise
@@ -446,59 +441,102 @@ async def run_perftest(config: PerftestConfig, *, listener: PerftestListener | N
 
 class _PerftestRun:
     def __init__(self, config: PerftestConfig, channel: PerftestChannel,
-                 driver: SoftRoceDriver,
+                 local_ip: ipaddress.IPv4Address, tool_port: int,
                  on_event: Callable[[str, object], None] | None) -> None:
         self.config = config
         self.channel = channel
-        self.driver = driver
+        self.local_ip = local_ip
+        self.tool_port = tool_port
         self.on_event = on_event or (lambda kind, value: None)
         self.verb = config.verb
         self.size = config.message_bytes
+        self.ep: Endpoint | None = None
+        self.recvs: deque[tuple[int, Pending[Completion]]] = deque()
+        self.inflight: deque[tuple[Pending[list[Completion]], list[WorkRequest]]] = deque()
 
     async def run(self) -> PerftestResult:
-        cfg, ch, engine = self.config, self.channel, self.driver.engine
+        cfg, ch = self.config, self.channel
         peer_version = await ch.exchange_versions()
         cycle_buffer, cache_line = await ch.exchange_sys_data()
         mtu = await ch.exchange_mtu(cfg.mtu_bytes)
         self.on_event("mtu", mtu)
+        ctx = tool_backend.open_context(
+            cfg.backend, self.local_ip, timeout_s=cfg.timeout_s, rx_mode=cfg.rx_mode,
+            faults=cfg.faults, fault_seed=cfg.fault_seed, device=cfg.device,
+            port=cfg.ib_port, gid_index=cfg.gid_index, mtu=mtu, ack_timeout=QP_TIMEOUT,
+            retry_count=QP_RETRY_CNT, rnr_retry=QP_RNR_RETRY, min_rnr_timer=QP_MIN_RNR_TIMER,
+            max_rd_atomic=NETIO_OUT_READS)
+        data_listener: Listener | None = None
+        try:
+            if ctx.transport == Transport.TCP and not ch.is_client:
+                # tcp: the data connection is netio's own, on the tool's port, listened
+                # for before the client can learn our keys
+                data_listener = await ctx.listen(f"0.0.0.0:{self.tool_port}")
+            return await self._run(ctx, peer_version, cycle_buffer, cache_line, mtu,
+                                   data_listener)
+        finally:
+            tool_backend.discard([p for _, p in self.recvs])
+            tool_backend.discard([p for p, _ in self.inflight])
+            if data_listener is not None:
+                await data_listener.aclose()
+            await ctx.aclose()
+
+    def _endpoint(self) -> Endpoint:
+        if self.ep is None:
+            raise ExchangeError("perftest", "the endpoint is not set up")
+        return self.ep
+
+    async def _run(self, ctx: Context, peer_version: str, cycle_buffer: int, cache_line: int,
+                   mtu: int, data_listener: Listener | None) -> PerftestResult:
+        cfg, ch = self.config, self.channel
         size = self.size
         span = buffer_span_bytes(size, cycle_buffer)
         slot = -(-size // cache_line) * cache_line
         is_client = ch.is_client
+        tcp = ctx.transport == Transport.TCP
         if self.verb is PerftestVerb.SEND and not is_client:
             depth = min(cfg.rx_depth, cfg.iters)
             buf = bytearray(slot * depth)
         else:
             buf = bytearray(span + slot)
-        pd = engine.alloc_pd()
-        cq = engine.create_cq()
-        qp = engine.create_qp(pd, QpType.RC, cq, cq)
-        mr = pd.register(buf, Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
-                         | Access.REMOTE_ATOMIC)
-        psn = random.getrandbits(24)
-        mine = PerftestKeys(
-            lid=0, out_reads=NETIO_OUT_READS if self.verb in (
-                PerftestVerb.READ, PerftestVerb.ATOMIC) else 1,
-            qpn=qp.qp_num, psn=psn, rkey=mr.rkey, vaddr=mr.addr,
-            gid=ipaddress.IPv6Address(f"::ffff:{engine.local_ip}"),
-        )
-        qp.modify(QpState.INIT, QpAttributes(path_mtu_bytes=mtu))
+        region = ctx.register(buf, Access.LOCAL_WRITE | Access.REMOTE_WRITE
+                              | Access.REMOTE_READ | Access.REMOTE_ATOMIC)
+        out_reads = NETIO_OUT_READS if self.verb in (PerftestVerb.READ,
+                                                     PerftestVerb.ATOMIC) else 1
+        if tcp:
+            # no RoCE address: a zero GID tells a RoCE peer apart (it sends its own)
+            mine = PerftestKeys(lid=0, out_reads=out_reads, qpn=0, psn=0, rkey=region.rkey,
+                                vaddr=region.addr, gid=ipaddress.IPv6Address("::"))
+        else:
+            self.ep = await ctx.endpoint(QpType.RC, peer=str(self.local_ip),
+                                         psn=random.getrandbits(24))
+            address = self.ep.address
+            mine = PerftestKeys(lid=0, out_reads=out_reads, qpn=address.qpn, psn=address.psn,
+                                rkey=region.rkey, vaddr=region.addr,
+                                gid=ipaddress.IPv6Address(address.gid))
         theirs = await ch.hand_shake(mine)
         self.on_event("local", mine)
-        remote_ip = _ipv4_of(theirs.gid)
-        qp.modify(QpState.RTR, QpAttributes(
-            dest_qp_num=theirs.qpn, rq_psn=theirs.psn, sq_psn=psn, path_mtu_bytes=mtu,
-            remote_ip=remote_ip, timeout=QP_TIMEOUT, retry_cnt=QP_RETRY_CNT,
-            rnr_retry=QP_RNR_RETRY, min_rnr_timer=QP_MIN_RNR_TIMER,
-            max_dest_rd_atomic=NETIO_OUT_READS,
-            max_rd_atomic=max(1, min(theirs.out_reads, NETIO_OUT_READS)),
-        ))
-        qp.modify(QpState.RTS)
+        if tcp:
+            if theirs.gid != ipaddress.IPv6Address("::"):
+                raise tool_backend.tcp_peer_error("perftest keys", theirs.gid)
+            if data_listener is not None:
+                self.ep = await data_listener.accept(cfg.timeout_s)
+            elif cfg.server is not None:
+                self.ep = await tool_backend.tcp_data_connect(
+                    ctx, cfg.server, cfg.port, cfg.timeout_s, "perftest tcp connect")
+        else:
+            if cfg.backend == "soft":
+                _ipv4_of(theirs.gid)
+            remote = QpAddress(Transport.ROCE, tool_backend.gid_text(theirs.gid), theirs.qpn,
+                               theirs.psn, mtu)
+            await self._endpoint().connect_to(remote, mtu_bytes=mtu)
+        recvs = self.recvs
         if self.verb is PerftestVerb.SEND:
             await ch.hand_shake(mine)  # after ctx_connect
             theirs = await ch.hand_shake(mine)  # the "remote" keys print
             if not is_client:
-                self._post_receives(qp, mr, slot, min(cfg.rx_depth, cfg.iters))
+                for i in range(min(cfg.rx_depth, cfg.iters)):
+                    recvs.append((i, self._endpoint().recv(region[i * slot:i * slot + size])))
             await ch.hand_shake(mine)  # receives are posted
         else:
             theirs = await ch.hand_shake(mine)  # the "remote" keys print
@@ -507,13 +545,16 @@ class _PerftestRun:
 
         peer_report: BwReport | None = None
         if is_client:
-            report = await self._client_loop(qp, cq, mr, theirs, cycle_buffer, cache_line)
+            remote_region = RemoteRegion(theirs.vaddr, theirs.rkey, span,
+                                         Transport.TCP if tcp else Transport.ROCE)
+            report = await self._client_loop(region, remote_region, theirs, cycle_buffer,
+                                             cache_line)
             self.on_event("report", report)
             if self.verb is not PerftestVerb.SEND:
                 await ch.hand_shake(mine)
                 peer_report = await ch.exchange_reports(report)
         elif self.verb is PerftestVerb.SEND:
-            report = await self._send_server_loop(qp, cq, mr, slot, min(cfg.rx_depth, cfg.iters))
+            report = await self._send_server_loop(region, slot, recvs)
             self.on_event("report", report)
         else:
             # perftest's WRITE/READ/ATOMIC server only waits, then shows the client's report
@@ -523,24 +564,17 @@ class _PerftestRun:
             self.on_event("peer_report", peer_report)
         await ch.close(mine)
         return PerftestResult(self.verb, is_client, mine, theirs, mtu, peer_version, report,
-                              peer_report, self.driver.stats)
+                              peer_report, self._endpoint().counters())
 
-    def _post_receives(self, qp: QueuePair, mr: MemoryRegion, slot: int, depth: int) -> None:
-        for i in range(depth):
-            qp.post_recv(RecvWr(i, (mr.sge(i * slot, self.size),)))
+    def _stalled(self, what: str, done: int) -> ExchangeError:
+        return ExchangeError(
+            "perftest", f"no completion for {self.config.timeout_s:g} s after {done} {what} "
+            f"({tool_backend.counters_text(self._endpoint().counters())})")
 
-    async def _wait(self, cq: CompletionQueue, what: str, done: int) -> list[Completion]:
-        try:
-            completions = await self.driver.wait_cq(cq, 64, timeout_s=self.config.timeout_s)
-        except TimeoutError:
-            raise ExchangeError(
-                "perftest", f"no completion for {self.config.timeout_s:g} s after {done} {what} "
-                f"({self.driver.engine.stats}, {self.driver.stats})") from None
-        for wc in completions:
-            if wc.status is not WcStatus.SUCCESS:
-                raise ExchangeError("perftest", f"completion with error {wc.status.name} "
-                                                f"({int(wc.status)}) after {done} {what}")
-        return completions
+    def _failed(self, exc: OperationError, what: str, done: int) -> ExchangeError:
+        hint = f": {exc.hint}" if exc.hint else ""
+        return ExchangeError("perftest", f"completion with error {exc.status_name} "
+                                         f"({exc.status}) after {done} {what}{hint}")
 
     def _report(self, iters: int, duration_s: float) -> BwReport:
         if duration_s <= 0:
@@ -548,57 +582,87 @@ class _PerftestRun:
         bw = self.size * iters / duration_s / MIB
         return BwReport(self.size, iters, bw, bw, iters / duration_s / 1e6)
 
-    async def _send_server_loop(self, qp: QueuePair, cq: CompletionQueue, mr: MemoryRegion,
-                                slot: int, depth: int) -> BwReport:
+    async def _send_server_loop(self, region: Region, slot: int,
+                                recvs: deque[tuple[int, Pending[Completion]]]) -> BwReport:
+        """Receives complete in the order they were posted; each slot is posted again
+        until ``iters`` receives in all."""
         iters = self.config.iters
         rcnt = 0
-        posted = depth
+        posted = len(recvs)
         loop = asyncio.get_running_loop()
         start: float | None = None
+        ep = self._endpoint()
         while rcnt < iters:
-            for wc in await self._wait(cq, "receives", rcnt):
-                if start is None:
-                    start = loop.time()
-                if wc.byte_len != self.size:
-                    raise ExchangeError("perftest", f"received {wc.byte_len} bytes, expected "
-                                                    f"{self.size} (both sides need the same -s)")
-                rcnt += 1
-                if posted < iters:
-                    qp.post_recv(RecvWr(wc.wr_id, (mr.sge(wc.wr_id * slot, self.size),)))
-                    posted += 1
+            index, pending = recvs.popleft()
+            try:
+                wc = await asyncio.wait_for(pending, self.config.timeout_s)
+            except TimeoutError:
+                raise self._stalled("receives", rcnt) from None
+            except OperationError as exc:
+                raise self._failed(exc, "receives", rcnt) from None
+            if start is None:
+                start = loop.time()
+            if wc.byte_len != self.size:
+                raise ExchangeError("perftest", f"received {wc.byte_len} bytes, expected "
+                                                f"{self.size} (both sides need the same -s)")
+            rcnt += 1
+            if posted < iters:
+                recvs.append((index, ep.recv(region[index * slot:index * slot + self.size])))
+                posted += 1
         return self._report(iters, loop.time() - (start if start is not None else loop.time()))
 
-    async def _client_loop(self, qp: QueuePair, cq: CompletionQueue, mr: MemoryRegion,
-                           theirs: PerftestKeys, cycle_buffer: int, cache_line: int) -> BwReport:
+    def _request(self, index: int, local: LocalSlice, remote: RemoteRegion, cycle_buffer: int,
+                 cache_line: int) -> WorkRequest:
+        """The ``index``-th request: unsignaled (a batch's last one is signaled, as
+        perftest moderates its completions)."""
+        verb, size = self.verb, self.size
+        if verb is PerftestVerb.SEND:
+            return WorkRequest.send(local, signaled=False)
+        offset = remote_offset(index, size, cycle_buffer, cache_line, verb)
+        target = remote[offset:offset + size]
+        if verb is PerftestVerb.WRITE:
+            return WorkRequest.write(local, target, signaled=False)
+        if verb is PerftestVerb.READ:
+            return WorkRequest.read(local, target, signaled=False)
+        if self.config.atomic_type is AtomicType.FETCH_AND_ADD:
+            return WorkRequest.fetch_add(local, target, ATOMIC_ADD_VALUE)
+        return WorkRequest.compare_swap(local, target, 0, ATOMIC_SWAP_VALUE)
+
+    async def _client_loop(self, region: Region, remote: RemoteRegion, theirs: PerftestKeys,
+                           cycle_buffer: int, cache_line: int) -> BwReport:
+        """Keep ``tx_depth`` requests in flight, posted in batches of half of it (for
+        READ and atomics at most the peer's ``out_reads``, its responder resources)."""
         cfg = self.config
-        verb = self.verb
         iters = cfg.iters
-        size = self.size
-        local = mr.sge(0, size)
-        opcode = {
-            PerftestVerb.WRITE: WrOpcode.RDMA_WRITE,
-            PerftestVerb.READ: WrOpcode.RDMA_READ,
-            PerftestVerb.SEND: WrOpcode.SEND,
-            PerftestVerb.ATOMIC: (WrOpcode.ATOMIC_FETCH_AND_ADD
-                                  if cfg.atomic_type is AtomicType.FETCH_AND_ADD
-                                  else WrOpcode.ATOMIC_CMP_AND_SWP),
-        }[verb]
-        scnt = ccnt = 0
+        window = cfg.tx_depth
+        if self.verb in (PerftestVerb.READ, PerftestVerb.ATOMIC):
+            window = max(1, min(window, theirs.out_reads))
+        chunk = max(1, window // 2)
+        local = region[0:self.size]
+        ep = self._endpoint()
+        inflight = self.inflight
+        outstanding = scnt = ccnt = 0
         loop = asyncio.get_running_loop()
         start = loop.time()
         while ccnt < iters:
-            while scnt < iters and scnt - ccnt < cfg.tx_depth:
-                remote = theirs.vaddr + remote_offset(scnt, size, cycle_buffer, cache_line, verb)
-                wr = SendWr(
-                    scnt, opcode, (local,),
-                    remote_addr=remote if verb is not PerftestVerb.SEND else 0,
-                    rkey=theirs.rkey if verb is not PerftestVerb.SEND else 0,
-                    compare_add=ATOMIC_ADD_VALUE if opcode is WrOpcode.ATOMIC_FETCH_AND_ADD
-                    else 0,
-                    swap=ATOMIC_SWAP_VALUE,
-                )
-                qp.post_send(wr)
-                scnt += 1
-            self.driver.kick()
-            ccnt += len(await self._wait(cq, "operations", ccnt))
+            while scnt < iters and outstanding < window:
+                n = min(chunk, iters - scnt, window - outstanding)
+                batch = [self._request(scnt + k, local, remote, cycle_buffer, cache_line)
+                         for k in range(n)]
+                inflight.append((ep.post(batch), batch))
+                scnt += n
+                outstanding += n
+            pending, batch = inflight.popleft()
+            try:
+                completions = await asyncio.wait_for(pending, cfg.timeout_s)
+            except TimeoutError:
+                raise self._stalled("operations", ccnt) from None
+            errors = [(c, r) for r, c in zip(batch, completions, strict=True)
+                      if c.status is not WcStatus.SUCCESS]
+            if errors:  # the first that is not a flush is the cause; flushes follow it
+                errors.sort(key=lambda e: e[0].status is WcStatus.WR_FLUSH_ERR)
+                wc, request = errors[0]
+                raise self._failed(ep.error_for(wc, request), "operations", ccnt)
+            ccnt += len(batch)
+            outstanding -= len(batch)
         return self._report(iters, loop.time() - start)

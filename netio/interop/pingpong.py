@@ -23,28 +23,24 @@ client's ``--chk`` pattern, byte for byte.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import ipaddress
 import random
 import re
+from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from netio.backends.soft import DriverStats, RxMode, SoftRoceDriver
-from netio.errors import ExchangeError
-from netio.interop import tcp
-from netio.roce import (
-    Access,
-    LinkFaults,
-    QpAttributes,
-    QpState,
-    QpType,
-    RecvWr,
-    SendWr,
-    UdAddress,
-    WcStatus,
-    WrOpcode,
-)
+from netio.api.context import Context, Listener
+from netio.api.endpoint import Endpoint
+from netio.api.handles import Pending
+from netio.api.region import LocalSlice
+from netio.api.types import Access, Completion, QpType
+from netio.backends.base import QpAddress, Transport, UdDest
+from netio.backends.soft import RxMode
+from netio.errors import ExchangeError, FlushedError, OperationError
+from netio.interop import backend as tool_backend
+from netio.interop import oob
+from netio.roce import LinkFaults
 from netio.roce.verbs import MAX_MESSAGE_BYTES
 
 DEFAULT_PORT = 18515
@@ -113,43 +109,33 @@ class PingpongAddress:
         return self.gid.packed[8:] != bytes(8)
 
 
-async def _read_exact(reader: asyncio.StreamReader, nbytes: int, step: str) -> bytes:
-    try:
-        return await reader.readexactly(nbytes)
-    except asyncio.IncompleteReadError as exc:
-        got = len(exc.partial)
-        raise ExchangeError(step, f"peer closed after {got} of {nbytes} bytes") from exc
-
-
 async def client_exchange(
-    host: str, port: int, mine: PingpongAddress, *, connect_timeout_s: float = 30.0,
+    host: str, port: int, mine: PingpongAddress, *, timeout_s: float = oob.DEFAULT_TIMEOUT_S,
     local_host: str | None = None, on_waiting: Callable[[str], None] | None = None,
 ) -> PingpongAddress:
     """The client side (``pp_client_exch_dest``): send ours, read theirs, send "done".
 
-    Connection attempts are retried until ``connect_timeout_s``, so the client
-    may start before the server listens (``on_waiting`` hears about it once)."""
-    reader, writer = await tcp.connect(host, port, timeout_s=connect_timeout_s,
+    Connection attempts are retried until ``timeout_s``, so the client may start
+    before the server listens (``on_waiting`` hears about it once); every later step
+    must also finish within ``timeout_s``."""
+    reader, writer = await oob.connect(host, port, timeout_s=timeout_s,
                                        step="pingpong connect", local_host=local_host,
                                        on_waiting=on_waiting)
     try:
-        writer.write(mine.encode())
-        await writer.drain()
-        theirs = PingpongAddress.decode(
-            await _read_exact(reader, ADDRESS_MESSAGE_BYTES, "pingpong server address")
-        )
-        writer.write(DONE_MESSAGE)
-        await writer.drain()
+        await oob.write(writer, mine.encode(), "pingpong client address", timeout_s)
+        theirs = PingpongAddress.decode(await oob.read_exact(
+            reader, ADDRESS_MESSAGE_BYTES, "pingpong server address", timeout_s))
+        await oob.write(writer, DONE_MESSAGE, "pingpong done", timeout_s)
     finally:
         writer.close()
     return theirs
 
 
-class PingpongListener(tcp.Listener["PingpongConnection"]):
+class PingpongListener(oob.Listener["PingpongConnection"]):
     """Accepts pingpong clients (the server role; the tools listen on every address)."""
 
-    def __init__(self) -> None:
-        super().__init__(PingpongConnection, "pingpong server", DEFAULT_PORT)
+    def __init__(self, timeout_s: float = oob.DEFAULT_TIMEOUT_S) -> None:
+        super().__init__(PingpongConnection, "pingpong server", DEFAULT_PORT, timeout_s)
 
 
 class PingpongConnection:
@@ -165,23 +151,26 @@ class PingpongConnection:
         return str(self._writer.get_extra_info("sockname")[0])
 
     async def exchange(
-        self, mine: PingpongAddress, connect: Callable[[PingpongAddress], Awaitable[None]]
+        self, mine: PingpongAddress, connect: Callable[[PingpongAddress], Awaitable[None]],
+        timeout_s: float = oob.DEFAULT_TIMEOUT_S,
     ) -> PingpongAddress:
         """Read the client's address, await ``connect(theirs)`` (QP to RTR/RTS),
-        answer with ``mine`` and read the client's "done"."""
+        answer with ``mine`` and read the client's "done"; each step within ``timeout_s``."""
         try:
-            theirs = PingpongAddress.decode(
-                await _read_exact(self._reader, ADDRESS_MESSAGE_BYTES, "pingpong client address")
-            )
+            theirs = PingpongAddress.decode(await oob.read_exact(
+                self._reader, ADDRESS_MESSAGE_BYTES, "pingpong client address", timeout_s))
             await connect(theirs)
-            self._writer.write(mine.encode())
-            await self._writer.drain()
-            done = await self._reader.read(ADDRESS_MESSAGE_BYTES)
+            await oob.write(self._writer, mine.encode(), "pingpong server address", timeout_s)
+            done = await oob.read_exact(self._reader, len(DONE_MESSAGE), "pingpong done",
+                                        timeout_s)
             if done != DONE_MESSAGE:
                 raise ExchangeError("pingpong done", f"expected {DONE_MESSAGE!r}, got {done!r}")
         finally:
             self._writer.close()
         return theirs
+
+    def abort(self) -> None:
+        self._writer.close()
 
 
 def chk_pattern(size_bytes: int) -> bytes:
@@ -220,9 +209,13 @@ class PingpongConfig:
 
     ``local_ip``: the RoCE address (GID ``::ffff:local_ip``); None takes, as a
     server, the address the client connected to, and as a client the source
-    address of the route to the server. ``timeout_s``: give up when no
-    completion arrives for this long (the tools wait for ever), and a client
-    retries connecting to its server for this long."""
+    address of the route to the server. ``timeout_s`` bounds every step: a client
+    retries connecting to its server for that long, a server waits that long for
+    its client, each message of the exchange must come within it, and the test
+    gives up when no completion arrives for that long (the tools wait for ever).
+    ``backend``: the netio backend (:data:`netio.interop.backend.TOOL_BACKENDS`);
+    ``device``/``ib_port``/``gid_index`` (the tools' ``-d``/``-i``/``-g``) choose
+    the verbs device; ``rx_mode``/``faults``/``fault_seed`` tune the soft one."""
 
     transport: QpType
     server: str | None = None
@@ -238,14 +231,19 @@ class PingpongConfig:
     faults: LinkFaults | None = None
     fault_seed: int = 0
     psn: int | None = None
+    backend: str = "soft"
+    device: str | None = None
+    ib_port: int | None = None
+    gid_index: int | None = None
 
     def __post_init__(self) -> None:
         step = "pingpong options"
-        tcp.check_options(step, client=self.server is not None, port=self.port,
+        oob.check_options(step, client=self.server is not None, port=self.port,
                           timeout_s=self.timeout_s)
-        tcp.check_range(step, "message size (-s)", self.size_bytes, 1, MAX_MESSAGE_BYTES)
-        tcp.check_range(step, "iterations (-n)", self.iters, 1, tcp.MAX_INT_ITERS)
-        tcp.check_range(step, "rx depth (-r)", self.rx_depth, 2, tcp.MAX_QUEUE_DEPTH)
+        oob.check_range(step, "message size (-s)", self.size_bytes, 1, MAX_MESSAGE_BYTES)
+        oob.check_range(step, "iterations (-n)", self.iters, 1, oob.MAX_INT_ITERS)
+        oob.check_range(step, "rx depth (-r)", self.rx_depth, 2, oob.MAX_QUEUE_DEPTH)
+        tool_backend.check_backend(step, self.backend)
         if self.mtu_bytes not in (256, 512, 1024, 2048, 4096):
             raise ExchangeError("pingpong options", f"MTU {self.mtu_bytes} is not an IB MTU")
         if self.transport is QpType.UD and self.size_bytes > self.mtu_bytes:
@@ -253,11 +251,14 @@ class PingpongConfig:
                 "pingpong options",
                 f"UD message of {self.size_bytes} bytes is larger than the MTU {self.mtu_bytes}",
             )
+        if self.backend == "tcp" and self.transport is not QpType.RC:
+            raise ExchangeError("pingpong options", "--backend tcp offers RC only (--rc)")
 
 
 @dataclass(frozen=True, slots=True)
 class PingpongResult:
-    """What the tools print at the end (``bytes in seconds``, ``usec/iter``)."""
+    """What the tools print at the end (``bytes in seconds``, ``usec/iter``);
+    ``counters`` are the endpoint's (:meth:`netio.Endpoint.counters`)."""
 
     mine: PingpongAddress
     theirs: PingpongAddress
@@ -265,7 +266,7 @@ class PingpongResult:
     size_bytes: int
     duration_s: float
     checked_messages: int
-    driver: DriverStats
+    counters: dict[str, int] = field(default_factory=dict)
 
     @property
     def bytes_total(self) -> int:
@@ -283,7 +284,8 @@ class PingpongResult:
 def _gid_ipv4(gid: ipaddress.IPv6Address, step: str) -> ipaddress.IPv4Address:
     mapped = gid.ipv4_mapped
     if mapped is None:
-        raise ExchangeError(step, f"peer GID {gid} is not an IPv4-mapped RoCEv2 GID (use -g)")
+        raise ExchangeError(step, f"peer GID {gid} is not an IPv4-mapped RoCEv2 GID (use -g "
+                                  "with the tools; a netio peer with --backend tcp sends none)")
     return mapped
 
 
@@ -300,144 +302,243 @@ async def run_pingpong(config: PingpongConfig, *,
     addr)`` is called as the tools print their addresses, ``on_waiting(text)``
     when a client's first connection attempt fails and it keeps retrying."""
     conn: PingpongConnection | None = None
+    tool_port = config.port
     if config.server is None:
         if listener is None:
             listener = PingpongListener()
             await listener.listen(None, config.port)
         try:
-            conn = await listener.accept()
+            tool_port = listener.port
+            conn = await listener.accept(config.timeout_s)
         finally:
             await listener.close()
         local_ip = config.local_ip or ipaddress.IPv4Address(conn.local_ip)
     else:
-        local_ip = config.local_ip or tcp.route_source_ip(config.server, config.port,
+        local_ip = config.local_ip or oob.route_source_ip(config.server, config.port,
                                                           "pingpong route")
-
-    driver = await SoftRoceDriver.open(local_ip, rx_mode=config.rx_mode, faults=config.faults,
-                                       fault_seed=config.fault_seed)
     try:
-        return await _run(config, driver, conn, on_address, on_waiting)
+        ud = config.transport is QpType.UD
+        ctx = tool_backend.open_context(
+            config.backend, local_ip, timeout_s=config.timeout_s, rx_mode=config.rx_mode,
+            faults=config.faults, fault_seed=config.fault_seed, device=config.device,
+            port=config.ib_port, gid_index=config.gid_index, mtu=config.mtu_bytes,
+            ack_timeout=RC_TIMEOUT, retry_count=RC_RETRY_CNT, rnr_retry=RC_RNR_RETRY,
+            min_rnr_timer=RC_MIN_RNR_TIMER, max_rd_atomic=1,
+            qkey=UD_PINGPONG_QKEY if ud else 0, qp_access=Access.NONE)
+    except BaseException:
+        if conn is not None:
+            conn.abort()
+        raise
+    try:
+        return await _Pingpong(config, ctx, local_ip, tool_port).run(conn, on_address,
+                                                                     on_waiting)
     finally:
-        await driver.close()
+        if conn is not None:
+            conn.abort()
+        await ctx.aclose()
 
 
-async def _run(config: PingpongConfig, driver: SoftRoceDriver,
-               conn: PingpongConnection | None,
-               on_address: Callable[[str, PingpongAddress], None] | None,
-               on_waiting: Callable[[str], None] | None) -> PingpongResult:
-    engine = driver.engine
-    ud = config.transport is QpType.UD
-    data_offset = UD_GRH_BYTES if ud else 0
-    size = config.size_bytes
-    buf = bytearray([FILL_BYTE]) * (size + data_offset)
-    pd = engine.alloc_pd()
-    cq = engine.create_cq()
-    qp = engine.create_qp(pd, config.transport, cq, cq)
-    mr = pd.register(buf, Access.LOCAL_WRITE)
-    recv_wr = RecvWr(RECV_WRID, (mr.sge(0, size + data_offset),))
-    send_sge = mr.sge(data_offset, size)
-    psn = config.psn if config.psn is not None else random.getrandbits(24)
-    base = QpAttributes(
-        path_mtu_bytes=config.mtu_bytes, timeout=RC_TIMEOUT, retry_cnt=RC_RETRY_CNT,
-        rnr_retry=RC_RNR_RETRY, min_rnr_timer=RC_MIN_RNR_TIMER, max_rd_atomic=1,
-        max_dest_rd_atomic=1, qkey=UD_PINGPONG_QKEY if ud else 0, sq_psn=psn,
-        access=Access.NONE,
-    )
-    qp.modify(QpState.INIT, base)
-    if ud:  # pp_init_ctx/pp_connect_ctx: a UD QP needs no peer to reach RTS
-        qp.modify(QpState.RTR)
-        qp.modify(QpState.RTS)
-    for _ in range(config.rx_depth):
-        qp.post_recv(recv_wr)
-    routs = config.rx_depth
+class _Pingpong:
+    """One run on an open context: the exchange, then the test loop."""
 
-    local_ip = engine.local_ip
-    mine = PingpongAddress(lid=0, qpn=qp.qp_num, psn=psn,
-                           gid=ipaddress.IPv6Address(f"::ffff:{local_ip}"))
-    if on_address is not None:
-        on_address("local", mine)
-    ud_dest: UdAddress | None = None
+    def __init__(self, config: PingpongConfig, ctx: Context, local_ip: ipaddress.IPv4Address,
+                 tool_port: int) -> None:
+        self.config = config
+        self.ctx = ctx
+        self.local_ip = local_ip
+        self.tool_port = tool_port
+        self.ud = config.transport is QpType.UD
+        self.data_offset = UD_GRH_BYTES if self.ud else 0
+        size = config.size_bytes
+        self.buf = bytearray([FILL_BYTE]) * (size + self.data_offset)
+        self.region = ctx.register(self.buf, Access.LOCAL_WRITE)
+        self.send_slice: LocalSlice = self.region[self.data_offset:self.data_offset + size]
+        self.ep: Endpoint | None = None
+        self.ud_dest: UdDest | None = None
+        self.recvs: deque[Pending[Completion]] = deque()
+        self.send: Pending[Completion] | None = None
+        self.tcp = ctx.transport == Transport.TCP
 
-    async def connect(theirs: PingpongAddress) -> None:
-        nonlocal ud_dest
-        remote_ip = _gid_ipv4(theirs.gid, "pingpong connect")
-        if ud:
-            ud_dest = UdAddress(remote_ip, theirs.qpn, UD_PINGPONG_QKEY)
-            return
-        attrs = dataclasses.replace(base, dest_qp_num=theirs.qpn, rq_psn=theirs.psn,
-                                    remote_ip=remote_ip)
-        qp.modify(QpState.RTR, attrs)
-        qp.modify(QpState.RTS)
-
-    if conn is not None:
-        theirs = await conn.exchange(mine, connect)
-    else:
-        if config.server is None:
-            raise ExchangeError("pingpong", "a client needs a server address")
-        theirs = await client_exchange(config.server, config.port, mine,
-                                       connect_timeout_s=config.timeout_s,
-                                       on_waiting=on_waiting)
-        await connect(theirs)
-    if on_address is not None:
-        on_address("remote", theirs)
-
-    def post_send() -> None:
-        wr = SendWr(SEND_WRID, WrOpcode.SEND, (send_sge,), ud=ud_dest)
-        driver.post_send(qp, wr)
-
-    expected = chk_pattern(size) if config.chk else None
-    is_client = config.server is not None
-    pending = RECV_WRID
-    if is_client:
-        if expected is not None:
-            buf[data_offset : data_offset + size] = expected
-        post_send()
-        pending |= SEND_WRID
-    scnt = rcnt = checked = 0
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    iters = config.iters
-    while rcnt < iters or scnt < iters:
+    async def run(self, conn: PingpongConnection | None,
+                  on_address: Callable[[str, PingpongAddress], None] | None,
+                  on_waiting: Callable[[str], None] | None) -> PingpongResult:
+        cfg = self.config
+        psn = cfg.psn if cfg.psn is not None else random.getrandbits(24)
+        data_listener = None
+        if self.tcp:
+            # tcp: no RoCE address to exchange (the tools' exchange still runs, with a
+            # zero GID, so that a kernel tool is told apart); the data connection is
+            # netio's own, on the same port, listened for before the server answers.
+            mine = PingpongAddress(lid=0, qpn=0, psn=0, gid=ipaddress.IPv6Address("::"))
+            if conn is not None:
+                data_listener = await self.ctx.listen(f"0.0.0.0:{self.tool_port}")
+        else:
+            self.ep = await self.ctx.endpoint(cfg.transport, peer=str(self.local_ip), psn=psn)
+            address = self.ep.address
+            mine = PingpongAddress(lid=0, qpn=address.qpn, psn=address.psn,
+                                   gid=ipaddress.IPv6Address(address.gid))
+            if self.ud:  # pp_init_ctx: a UD QP is ready at once; receives go first
+                self._post_receives(cfg.rx_depth)
+        if on_address is not None:
+            on_address("local", mine)
         try:
-            completions = await driver.wait_cq(cq, 2, timeout_s=config.timeout_s)
-        except TimeoutError:
-            hint = "" if not ud and config.transport is not QpType.UC else (
+            return await self._exchange_and_loop(conn, mine, data_listener, on_address,
+                                                 on_waiting)
+        finally:
+            tool_backend.discard([*self.recvs, *([self.send] if self.send else [])])
+            if data_listener is not None:
+                await data_listener.aclose()
+
+    async def _exchange_and_loop(self, conn: PingpongConnection | None, mine: PingpongAddress,
+                                 data_listener: Listener | None,
+                                 on_address: Callable[[str, PingpongAddress], None] | None,
+                                 on_waiting: Callable[[str], None] | None) -> PingpongResult:
+        cfg = self.config
+        if conn is not None:
+            theirs = await conn.exchange(mine, self._connect, cfg.timeout_s)
+        else:
+            if cfg.server is None:
+                raise ExchangeError("pingpong", "a client needs a server address")
+            try:
+                theirs = await client_exchange(cfg.server, cfg.port, mine,
+                                               timeout_s=cfg.timeout_s, on_waiting=on_waiting)
+            except ExchangeError as exc:
+                if not self.tcp or exc.step != "pingpong server address":
+                    raise
+                # a kernel tool (or a RoCE netio) closes on the zero GID tcp announces
+                raise ExchangeError(exc.step, f"{exc.reason}; with --backend tcp the server "
+                                              "must be netio --backend tcp (a kernel tool "
+                                              "cannot use the zero GID tcp announces)") from None
+            await self._connect(theirs)
+        if on_address is not None:
+            on_address("remote", theirs)
+        if self.tcp:
+            await self._tcp_endpoint(data_listener)
+        return await self._loop(mine, theirs)
+
+    async def _connect(self, theirs: PingpongAddress) -> None:
+        """``pp_connect_ctx``: RC/UC to RTR and RTS towards the peer; UD keeps its address."""
+        cfg = self.config
+        if self.tcp:
+            if theirs.has_gid:
+                raise tool_backend.tcp_peer_error("pingpong connect", theirs.gid)
+            return
+        if cfg.backend == "soft":
+            _gid_ipv4(theirs.gid, "pingpong connect")
+        gid = tool_backend.gid_text(theirs.gid)
+        if self.ud:
+            self.ud_dest = UdDest(gid, theirs.qpn, UD_PINGPONG_QKEY)
+            return
+        ep = self._endpoint()
+        remote = QpAddress(Transport.ROCE, gid, theirs.qpn, theirs.psn, cfg.mtu_bytes)
+        await ep.connect_to(remote, mtu_bytes=cfg.mtu_bytes)
+        self._post_receives(cfg.rx_depth)
+
+    async def _tcp_endpoint(self, data_listener: Listener | None) -> None:
+        cfg = self.config
+        if data_listener is not None:
+            self.ep = await data_listener.accept(cfg.timeout_s)
+        elif cfg.server is not None:
+            self.ep = await tool_backend.tcp_data_connect(
+                self.ctx, cfg.server, cfg.port, cfg.timeout_s, "pingpong tcp connect")
+        self._post_receives(cfg.rx_depth)
+
+    def _endpoint(self) -> Endpoint:
+        if self.ep is None:
+            raise ExchangeError("pingpong", "the endpoint is not set up")
+        return self.ep
+
+    def _post_receives(self, count: int) -> None:
+        ep = self._endpoint()
+        for _ in range(count):
+            self.recvs.append(ep.recv(self.region))
+
+    def _post_send(self) -> Pending[Completion]:
+        return self._endpoint().send(self.send_slice, dest=self.ud_dest)
+
+    async def _complete(self, ops: list[tuple[int, Pending[Completion]]], scnt: int,
+                        rcnt: int) -> list[Completion]:
+        """Wait for ``ops`` ((wr_id, handle) pairs) within the timeout; the first error
+        that is not a flush names the failure (a flush is what follows it)."""
+        cfg = self.config
+        tasks = [asyncio.ensure_future(op) for _, op in ops]
+        try:
+            _done, waiting = await asyncio.wait(tasks, timeout=cfg.timeout_s)
+        finally:
+            for t in tasks:
+                t.cancel()
+        failures = [(wr_id, t.exception()) for (wr_id, _), t in zip(ops, tasks, strict=True)
+                    if t.done() and not t.cancelled() and t.exception() is not None]
+        if failures:
+            failures.sort(key=lambda f: isinstance(f[1], FlushedError))
+            wr_id, exc = failures[0]
+            raise self._failure(wr_id, exc, scnt, rcnt)
+        if waiting:
+            hint = "" if not self.ud and cfg.transport is not QpType.UC else (
                 "; UC and UD do not retransmit, so one lost message stalls the test "
                 "(as it does the tools)")
             raise ExchangeError(
-                "pingpong", f"no completion for {config.timeout_s:g} s after {scnt} sends and "
-                f"{rcnt} receives{hint} ({engine.stats}, {driver.stats})") from None
-        for wc in completions:
-            if wc.status is not WcStatus.SUCCESS:
-                raise ExchangeError(
-                    "pingpong", f"failed status {wc.status.name} ({int(wc.status)}) for wr_id "
-                    f"{wc.wr_id} after {scnt} sends and {rcnt} receives")
-            if wc.wr_id == SEND_WRID:
-                scnt += 1
-            elif wc.wr_id == RECV_WRID:
-                if wc.byte_len != size + data_offset:
+                "pingpong", f"no completion for {cfg.timeout_s:g} s after {scnt} sends and "
+                f"{rcnt} receives{hint} "
+                f"({tool_backend.counters_text(self._endpoint().counters())})")
+        return [t.result() for t in tasks]
+
+    def _failure(self, wr_id: int, exc: BaseException | None, scnt: int,
+                 rcnt: int) -> BaseException:
+        if not isinstance(exc, OperationError):
+            return exc if exc is not None else ExchangeError("pingpong", "no outcome")
+        cfg = self.config
+        why = exc.hint
+        if exc.status_name == "REM_INV_REQ_ERR":
+            why = (f"the peer refused our {cfg.size_bytes}-byte SEND as invalid: both sides "
+                   f"must use the same -s and -m (here -s {cfg.size_bytes}, -m "
+                   f"{cfg.mtu_bytes}); {why}")
+        return ExchangeError(
+            "pingpong", f"failed status {exc.status_name} ({exc.status}) for wr_id {wr_id} "
+            f"after {scnt} sends and {rcnt} receives" + (f": {why}" if why else ""))
+
+    async def _loop(self, mine: PingpongAddress, theirs: PingpongAddress) -> PingpongResult:
+        """The tools' loop: each side sends its next message once its previous send and
+        its next receive have both completed; the client sends first."""
+        cfg = self.config
+        size = cfg.size_bytes
+        offset = self.data_offset
+        expected = chk_pattern(size) if cfg.chk else None
+        is_client = cfg.server is not None
+        iters = cfg.iters
+        if is_client:
+            if expected is not None:
+                self.buf[offset:offset + size] = expected
+            self.send = self._post_send()
+        scnt = rcnt = checked = 0
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        while rcnt < iters or scnt < iters:
+            ops: list[tuple[int, Pending[Completion]]] = []
+            if rcnt < iters:
+                ops.append((RECV_WRID, self.recvs.popleft()))
+            if self.send is not None:
+                ops.append((SEND_WRID, self.send))
+            completions = await self._complete(ops, scnt, rcnt)
+            for (wr_id, _), wc in zip(ops, completions, strict=True):
+                if wr_id == SEND_WRID:
+                    scnt += 1
+                    continue
+                if wc.byte_len != size + offset:
                     raise ExchangeError(
                         "pingpong", f"received {wc.byte_len} bytes, expected "
-                        f"{size + data_offset} (both sides must use the same -s)")
+                        f"{size + offset} (both sides must use the same -s)")
                 if expected is not None:
-                    bad = first_mismatch(buf[data_offset:], expected)
+                    bad = first_mismatch(self.buf[offset:], expected)
                     if bad is not None:
                         raise ExchangeError(
                             "pingpong --chk", f"message {rcnt + 1}: byte {bad} is "
-                            f"{buf[data_offset + bad]:#04x}, expected {expected[bad]:#04x}")
+                            f"{self.buf[offset + bad]:#04x}, expected {expected[bad]:#04x}")
                     checked += 1
-                routs -= 1
-                if routs <= 1:
-                    for _ in range(config.rx_depth - routs):
-                        qp.post_recv(recv_wr)
-                    routs = config.rx_depth
                 rcnt += 1
-            else:
-                raise ExchangeError("pingpong", f"completion for unknown wr_id {wc.wr_id}")
-            pending &= ~wc.wr_id
-            if scnt < iters and not pending:
-                post_send()
-                pending = RECV_WRID | SEND_WRID
-    duration_s = loop.time() - start
-    return PingpongResult(mine=mine, theirs=theirs, iters=iters, size_bytes=size,
-                          duration_s=duration_s, checked_messages=checked, driver=driver.stats)
+                self._post_receives(1)  # rx_depth stay posted, as the tools keep them
+            self.send = self._post_send() if scnt < iters else None
+        duration_s = loop.time() - start
+        return PingpongResult(mine=mine, theirs=theirs, iters=iters, size_bytes=size,
+                              duration_s=duration_s, checked_messages=checked,
+                              counters=self._endpoint().counters())

@@ -155,3 +155,23 @@ class Damage(Exception):
     def at(self, *, path: str | None, record_index: int, byte_offset: int) -> CaptureError:
         return CaptureError(self.reason, path=path, record_index=record_index,
                             byte_offset=byte_offset)
+
+
+#: Link types netio decodes (LINKTYPE_* values, https://www.tcpdump.org/linktypes.html):
+#: Ethernet, raw IP (101, and IPv4/IPv6 228/229), Linux cooked v1 (113) and v2 (276).
+SUPPORTED_LINKTYPES: frozenset[int] = frozenset({1, 101, 113, 228, 229, 276})
+
+#: Names of link types netio does not read, as tcpdump's list calls them.
+_UNSUPPORTED_NAMES: dict[int, str] = {
+    0: "NULL, BSD loopback", 9: "PPP", 105: "IEEE 802.11", 108: "OpenBSD loopback",
+    127: "IEEE 802.11 radiotap", 197: "ERF", 239: "NFLOG", 247: "InfiniBand",
+    249: "USBPcap",
+}
+
+
+def unsupported_linktype(linktype: int) -> str:
+    """The one sentence that says a link type cannot be read, and what can."""
+    name = _UNSUPPORTED_NAMES.get(linktype)
+    what = f"link type {linktype}" + (f" ({name})" if name else "")
+    return (f"{what} is not supported; netio reads Ethernet, Linux cooked v1/v2 and "
+            "raw IP")

@@ -14,10 +14,11 @@ import os
 import warnings
 from collections.abc import Iterator
 from types import TracebackType
-from typing import BinaryIO, Self
+from typing import BinaryIO, Self, cast
 
 from netio.errors import CaptureError, CaptureWarning
 from netio.pcap import pcap, pcapng
+from netio.pcap.compressed import TolerantStream, open_decompressed
 from netio.pcap.format import CaptureFormat
 from netio.pcap.pcap import PcapHeader
 from netio.pcap.record import Record
@@ -92,8 +93,10 @@ def open_capture(source: CaptureSource, *, strict: bool = False) -> CaptureReade
     """
     if isinstance(source, str | os.PathLike):
         path = os.fspath(source)
+        stream = open_decompressed(path)  # gzip/xz/zstd: decompressed as it is read
         try:
-            file: BinaryIO = open(path, "rb")  # noqa: SIM115 (the reader owns and closes it)
+            file: BinaryIO = cast(BinaryIO, TolerantStream(stream, path)) if stream else \
+                open(path, "rb")  # noqa: SIM115 (the reader owns and closes it)
         except OSError as error:
             raise CaptureError(f"cannot open: {error.strerror}", path=path) from error
         try:

@@ -39,7 +39,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, BinaryIO, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -47,6 +47,7 @@ import numpy.typing as npt
 from netio import native
 from netio.errors import CaptureError, CaptureWarning
 from netio.pcap import pcap, pcapng
+from netio.pcap.compressed import decompression_errors, open_decompressed, read_all
 from netio.pcap.format import BlockType, CaptureFormat, Damage, ScanStatus
 from netio.pcap.pcap import PcapHeader
 from netio.pcap.pcapng import Interface, Walker
@@ -294,6 +295,12 @@ class CaptureScanner:
         self._walker = Walker()
 
     def _map(self, path: str) -> Buffer:
+        stream = open_decompressed(path)
+        if stream is not None:  # compressed: the decompressed bytes, held in memory
+            data, damage = read_all(stream, path)
+            if damage is not None:
+                self.warnings.append(CaptureWarning(damage))
+            return data
         try:
             with open(path, "rb") as file:
                 if os.fstat(file.fileno()).st_size == 0:
@@ -425,12 +432,16 @@ class WindowScanner:
         self.eof = False
         self.buffer: npt.NDArray[np.uint8] = np.empty(max(64, window_bytes), np.uint8)
         self._ffi, self._lib = native.ffi, native.lib
+        self._damage_errors = decompression_errors()
+        self._decompression_damage: str | None = None
+        stream = open_decompressed(self.path)  # gzip/xz/zstd: decompressed as read
+        self.compressed = stream is not None
         try:
-            self._file: io.FileIO = io.FileIO(self.path, "rb")
+            self._file: BinaryIO = stream if stream is not None else io.FileIO(self.path, "rb")
         except OSError as error:
             raise CaptureError(f"cannot open: {error.strerror}", path=self.path) from error
         try:
-            if hasattr(os, "posix_fadvise"):
+            if hasattr(os, "posix_fadvise") and not self.compressed:
                 os.posix_fadvise(self._file.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
             self._read_more()
             self._start()
@@ -459,7 +470,18 @@ class WindowScanner:
         """Fill the free end of the window from the file (sets ``eof`` at its end)."""
         view = self.buffer.data
         while self.have < len(self.buffer):
-            got = self._file.readinto(view[self.have:])
+            try:
+                if self.compressed:  # read1: what was decompressed before damage is kept
+                    data = self._file.read1(len(self.buffer) - self.have)  # type: ignore[attr-defined]
+                    view[self.have:self.have + len(data)] = data
+                    got = len(data)
+                else:
+                    got = self._file.readinto(view[self.have:])  # type: ignore[attr-defined]
+            except self._damage_errors as error:  # a damaged or cut compressed stream
+                self.eof = True
+                self._decompression_damage = (
+                    f"decompression failed after {self.base + self.have} bytes: {error}")
+                break
             if not got:
                 self.eof = True
                 break
@@ -507,6 +529,7 @@ class WindowScanner:
             if status is ScanStatus.END:
                 if self.eof:
                     self.done = True
+                    self._report_decompression()
                 else:
                     self._refill()
             elif status in _NEEDS_MORE and not self.eof:
@@ -556,6 +579,13 @@ class WindowScanner:
                           byte_offset=self.offset)
         self.damage = error
         self.warnings.append(CaptureWarning(str(error)))
+        self._report_decompression()
+
+    def _report_decompression(self) -> None:
+        """Say why a compressed capture ended early (its records before that were read)."""
+        if self._decompression_damage is not None:
+            self.warnings.append(CaptureWarning(f"{self.path}: {self._decompression_damage}"))
+            self._decompression_damage = None
 
     def close(self) -> None:
         """Close the file and release the window's C view (``buffer`` stays readable)."""

@@ -202,15 +202,18 @@ class Responder:
             self.qp.return_recv(ctx.recv)
 
     @staticmethod
-    @staticmethod
     def _length_error(position: Position, size: int, mtu: int) -> str:
         """Why a payload breaks the length rules of IBTA §9.7.4.1.6 (rxe ``check_length``),
         or "" when it keeps them. A first or middle packet carries exactly the sender's
         path MTU, so its size tells the sender's MTU."""
         if position is Position.ONLY or position is Position.LAST:
-            if size > mtu or (position is Position.LAST and size == 0):
-                return (f"payload of {size} bytes in a {position.name.lower()} packet, path "
-                        f"MTU is {mtu}")
+            if position is Position.LAST and size == 0:
+                return "empty last packet"
+            if size > mtu:
+                article = "an" if position is Position.ONLY else "a"
+                return (f"payload of {size} bytes in {article} {position.name.lower()} packet, "
+                        f"path MTU is {mtu}: the peers' MTUs differ (local {mtu}, remote at "
+                        f"least {size})")
             return ""
         if size == mtu:
             return ""

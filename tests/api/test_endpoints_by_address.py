@@ -77,6 +77,25 @@ def test_path_mtu_mismatch_is_named_on_both_sides() -> None:
     asyncio.run(asyncio.wait_for(main(), 30))
 
 
+def test_single_packet_larger_than_the_path_mtu_is_named() -> None:
+    async def main() -> None:
+        a, b, a_ip, b_ip = _pair()
+        async with a, b:
+            ea = await a.endpoint("rc", peer=b_ip)
+            eb = await b.endpoint("rc", peer=a_ip)
+            await ea.connect_to(eb.address)  # 4096: 2000 bytes travel as one "only" packet
+            await eb.connect_to(ea.address, mtu_bytes=1024)
+            waiting = eb.recv(b.register(bytearray(4096)))
+            with pytest.raises(netio.RemoteInvalidRequest):
+                await ea.send(a.register(bytearray(2000)))
+            with pytest.raises(netio.FlushedError) as receiver:  # refused before it was used
+                await waiting
+            assert ("payload of 2000 bytes in an only packet, path MTU is 1024: the peers' "
+                    "MTUs differ (local 1024, remote at least 2000)") in receiver.value.hint
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
 def test_datagrams_carry_the_grh_first() -> None:
     async def main() -> None:
         a, b, a_ip, b_ip = _pair()

@@ -1,4 +1,4 @@
-"""Turn the generator's packet tables into pcap files, fast.
+"""Captures: the generator's packet tables written as pcap files, fast (third stage).
 
 Every distinct packet shape (flow, direction, opcode, payload size; PFC/PAUSE
 sender) is built once with the ``netio.wire`` builders (``build_roce_frame``,
@@ -14,13 +14,15 @@ from __future__ import annotations
 
 from ipaddress import IPv4Address
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from netio.analyze.columns import Kind
 from netio.pcap import PcapWriter
+from netio.scenario.packets import Rows
+from netio.scenario.spec import Scenario
 from netio.wire.bth import Bth, ExtHeader, Opcode, opcode_info
 from netio.wire.cnp import Cnp
 from netio.wire.ethernet import Vlan
@@ -29,9 +31,6 @@ from netio.wire.icrc import compute_icrc
 from netio.wire.ip import Ecn
 from netio.wire.packet import build_roce_frame
 from netio.wire.pfc import build_pause_frame, build_pfc_frame
-
-if TYPE_CHECKING:
-    from netio.analyze.scenario import Rows, Scenario
 
 U8 = npt.NDArray[np.uint8]
 

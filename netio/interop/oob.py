@@ -1,8 +1,14 @@
-"""The TCP side both tool exchanges share: connecting with retries, listening,
-the source address the kernel would use, and the limits of their common options.
+"""The out-of-band TCP connection both tool exchanges share (ibv_*_pingpong's and
+perftest's): connecting with retries, listening and accepting, reading and writing
+their fixed-size messages, the source address the kernel would use, and the limits
+of their common options.
 
-Every failure is an :class:`ExchangeError` that says what and where in one line
-(``pingpong connect: no server at 127.0.0.1:18515 after 60 s: Connection refused``).
+Every step has a deadline, the configured timeout: a connect (each attempt and all
+retries together), the wait for a client, every read and every write. A peer that
+opens the connection and then sends nothing ends the step with an
+:class:`ExchangeError` naming it. Every failure says what and where in one line
+(``pingpong connect: no server at 127.0.0.1:18515 after 60 s: Connection refused``,
+``pingpong server address: nothing received for 10 s (--timeout)``).
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ MAX_QUEUE_DEPTH = 0x4000
 #: ``-n``: the pingpong examples count iterations in a C ``int``.
 MAX_INT_ITERS = (1 << 31) - 1
 RETRY_INTERVAL_S = 0.1
+#: The commands' ``--timeout`` default: the deadline of every step.
+DEFAULT_TIMEOUT_S = 60.0
 
 ConnectionHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 ConnectionT = TypeVar("ConnectionT")
@@ -61,8 +69,13 @@ async def connect(host: str, port: int, *, timeout_s: float, step: str,
     told = False
     while True:
         try:
-            return await asyncio.open_connection(
-                host, port, local_addr=(local_host, 0) if local_host else None)
+            # One attempt may itself hang (a SYN nobody answers): it gets what is left.
+            return await asyncio.wait_for(asyncio.open_connection(
+                host, port, local_addr=(local_host, 0) if local_host else None),
+                max(deadline - loop.time(), 0.001))
+        except TimeoutError:
+            raise ExchangeError(step, f"no server at {host}:{port} after {timeout_s:g} s: "
+                                      "the connection was not answered") from None
         except OSError as exc:
             if loop.time() >= deadline:
                 raise ExchangeError(step, f"no server at {host}:{port} after {timeout_s:g} s: "
@@ -84,12 +97,41 @@ async def listen(handler: ConnectionHandler, host: str | None, port: int,
         raise ExchangeError(step, f"cannot listen on {where}: {_why(exc)}") from exc
 
 
+async def read_exact(reader: asyncio.StreamReader, nbytes: int, step: str,
+                     timeout_s: float) -> bytes:
+    """``nbytes`` from the peer within ``timeout_s``."""
+    try:
+        return await asyncio.wait_for(reader.readexactly(nbytes), timeout_s)
+    except TimeoutError:
+        raise ExchangeError(step, f"nothing received for {timeout_s:g} s (--timeout): the "
+                                  f"peer connected but did not send its {nbytes}-byte "
+                                  "message") from None
+    except asyncio.IncompleteReadError as exc:
+        got = len(exc.partial)
+        raise ExchangeError(step, f"peer closed after {got} of {nbytes} bytes") from exc
+    except OSError as exc:
+        raise ExchangeError(step, f"connection lost: {_why(exc)}") from exc
+
+
+async def write(writer: asyncio.StreamWriter, data: bytes, step: str, timeout_s: float) -> None:
+    """Send ``data``; the peer must take it within ``timeout_s``."""
+    try:
+        writer.write(data)
+        await asyncio.wait_for(writer.drain(), timeout_s)
+    except TimeoutError:
+        raise ExchangeError(step, f"the peer took nothing for {timeout_s:g} s "
+                                  "(--timeout)") from None
+    except OSError as exc:
+        raise ExchangeError(step, f"connection lost: {_why(exc)}") from exc
+
+
 class Listener(Generic[ConnectionT]):
     """Accepts the tools' clients (the server role); each connection is wrapped by ``wrap``."""
 
     def __init__(self, wrap: Callable[[asyncio.StreamReader, asyncio.StreamWriter], ConnectionT],
-                 step: str, default_port: int) -> None:
+                 step: str, default_port: int, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self._wrap = wrap
+        self.timeout_s = timeout_s
         self._step = step
         self._default_port = default_port
         self._accepted: asyncio.Queue[ConnectionT] = asyncio.Queue()
@@ -109,8 +151,14 @@ class Listener(Generic[ConnectionT]):
         port: int = self._server.sockets[0].getsockname()[1]
         return port
 
-    async def accept(self) -> ConnectionT:
-        return await self._accepted.get()
+    async def accept(self, timeout_s: float | None = None) -> ConnectionT:
+        """The first client, within ``timeout_s`` (default: the listener's)."""
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        try:
+            return await asyncio.wait_for(self._accepted.get(), timeout_s)
+        except TimeoutError:
+            raise ExchangeError(self._step, f"no client connected within {timeout_s:g} s "
+                                            f"(--timeout) on TCP port {self.port}") from None
 
     async def close(self) -> None:
         if self._server is not None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from netio.analyze.scenario import Scenario, scenario_from_dict
+from netio.scenario.spec import Scenario, scenario_from_dict
 
 
 def _mac(host: int, switch_port: int | None = None) -> str:

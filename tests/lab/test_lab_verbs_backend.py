@@ -1,0 +1,243 @@
+"""The verbs backend (netio.backends.verbs) against the real kernel rxe in two lab guests.
+
+Boots (or reuses) a two-guest ``--python`` lab sharing this checkout, and runs
+``verbs_guest.py`` as server in g0 and client in g1: every operation and size class,
+SG lists, unsignaled work, batches, the error completions, close with work in flight,
+registration errors (memlock), and the device/GID choice. Expected values come from the
+lab (its GID index and addresses, ``ibv_devinfo``), the IBTA/ibverbs rules written in the
+guest script, and the bytes each side put in its own memory.
+
+Environment: ``RXE_LAB_NS``/``RXE_LAB_RUN``/``RXE_LAB_SUBNET`` pick the lab instance,
+``NETIO_LAB_KEEP=1`` leaves it running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+LAB_DIR = (REPO / ".." / "shared" / "rxe-lab").resolve()
+LAB_RUN = os.environ.get("RXE_LAB_RUN", "/run/rxe-lab")
+SITE = REPO / ".venv" / "lib" / "python3.11" / "site-packages"
+GUEST_ENV = (f"cd {REPO} && PYTHONDONTWRITEBYTECODE=1 RXELAB_PYTHON_SITEDIRS={SITE}")
+CTRL_PORT = 18515
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def lab2(lab_session: Any) -> Iterator[Any]:
+    """A two-guest Python lab with this checkout shared at its own path."""
+    if not SITE.is_dir():
+        pytest.fail(f"{SITE} is missing: run make install")
+    cmd = [sys.executable, str(LAB_DIR / "rxelab.py"), "start", "-n", "2", "--python",
+           "--share", str(REPO)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}")
+    lab_session.booted = True  # the session stops it at the end (unless NETIO_LAB_KEEP=1)
+    if str(LAB_DIR) not in sys.path:
+        sys.path.insert(0, str(LAB_DIR))
+    import rxelab
+
+    yield rxelab.Lab.load(run=LAB_RUN)
+    lab_session.handle = None  # the single-guest tests' handle no longer matches the lab
+    lab_session.mtu = None
+
+
+def _checks(out: str) -> tuple[list[str], list[str]]:
+    oks = re.findall(r"^CHECK ok (.*)$", out, re.M)
+    fails = re.findall(r"^CHECK FAIL (.*)$", out, re.M)
+    return oks, fails
+
+
+def _figures(out: str) -> dict[str, float]:
+    return {m[0]: float(m[1]) for m in re.findall(r"^FIGURE (\S+) (\S+)$", out, re.M)}
+
+
+def _run_pair(lab: Any, extra_env: str = "") -> tuple[str, str]:
+    g0, g1 = lab.guest("g0"), lab.guest("g1")
+    script = "tests/lab/verbs_guest.py"
+    env = f"{GUEST_ENV} {extra_env}".strip()
+    lab.run_bg(g0, f"{env} python3 {script} server {g1.ip} {CTRL_PORT}; echo __EXIT=$?",
+               "verbs-server")
+    rc1, out1 = lab.run(g1, f"{env} python3 {script} client {g0.ip} {CTRL_PORT}", timeout=300)
+    client = out1.decode(errors="replace")
+    server = ""
+    for _ in range(120):
+        _rc, log = lab.run(g0, "cat /tmp/verbs-server.log", timeout=30)
+        server = log.decode(errors="replace")
+        if "__EXIT=" in server:
+            break
+        subprocess.run(["sleep", "0.5"], check=False)
+    assert "__EXIT=" in server, f"server did not finish:\n{server}"
+    assert rc1 == 0 and "__EXIT=0" in server, f"client rc {rc1}:\n{client}\nserver:\n{server}"
+    return server, client
+
+
+def test_verbs_backend_between_two_guests(lab2: Any) -> None:
+    server, client = _run_pair(lab2)
+    s_ok, s_fail = _checks(server)
+    c_ok, c_fail = _checks(client)
+    assert not s_fail and not c_fail, (s_fail, c_fail)
+    # every planned check ran (a check that never ran cannot fail)
+    assert (len(s_ok), len(c_ok)) == (53, 52)
+    for needle in ("RNR_RETRY_EXC_ERR", "RETRY_EXC_ERR", "REM_ACCESS_ERR", "fetch_add",
+                   "compare_swap", "SG SEND", "unsignaled", "close with 30 receives"):
+        assert any(needle in line for line in c_ok), needle
+    for needle in ("RegistrationLimit", "in place", "WR_FLUSH_ERR (RECV)"):
+        assert any(needle in line for line in s_ok), needle
+    figures = _figures(client)
+    print({k: figures[k] for k in sorted(figures)})
+
+    # the device/GID choice, against the lab's own record and ibv_devinfo
+    g0 = lab2.guest("g0")
+    described = re.search(r"^DESCRIBE (.*)$", server, re.M)
+    assert described is not None
+    d = json.loads(described.group(1))
+    rc, out = lab2.run(g0, "ibv_devinfo -d rxe0", timeout=30)
+    active = re.search(rb"active_mtu:\s+(\d+)", out)
+    assert rc == 0 and active is not None
+    assert (d["device"], d["port"], d["gid_index"], d["netdev"]) == ("rxe0", 1,
+                                                                      g0.gid_index, "eth0")
+    assert d["gid"] == f"::ffff:{g0.ip}"
+    assert d["mtu_bytes"] == int(active.group(1))
+    lines = d["text"].splitlines()
+    assert any("gid[0] fe80::" in ln and "link-local" in ln for ln in lines), d["text"]
+    assert any(ln.startswith("  * rxe0 port 1 gid[1]") and "route to" in ln for ln in lines)
+    # rxe retries for ever at retry_count 7 (a peer-gone check above ends with the defaults)
+    assert "note: rxe0 is the kernel's rxe, which retries for ever at retry_count 7" in d["text"]
+
+
+def test_verbs_backend_polling_fallback(lab2: Any) -> None:
+    """NETIO_VERBS_POLL=1: the 1 ms timer instead of the completion channel, same checks."""
+    server, client = _run_pair(lab2, "NETIO_VERBS_POLL=1")
+    assert not _checks(server)[1] and not _checks(client)[1]
+    assert "CHECK ok QP notification through the completion channel fd: polling" in client
+
+
+def test_doctor_in_a_guest(lab2: Any) -> None:
+    """``netio doctor PEER`` against the real rxe: exit 0, the lab's RoCEv2 GID chosen;
+    asking for MTU 4096 on this 1500-byte netdev rejects every GID (exit 4)."""
+    g0, g1 = lab2.guest("g0"), lab2.guest("g1")
+    cmd = f"{GUEST_ENV} python3 -m netio.cli.main doctor {g1.ip}"
+    _rc, raw = lab2.run(g0, f"{cmd}; echo __RC=$?", timeout=120)
+    out = raw.decode(errors="replace")
+    assert "__RC=0" in out, out
+    assert f"  * rxe0 port 1 gid[{g0.gid_index}] ::ffff:{g0.ip} RoCE v2 eth0 mtu 1024" in out
+    assert f"verdict: usable: verbs, GID ::ffff:{g0.ip}" in out
+    _rc, raw = lab2.run(g0, f"{cmd} --mtu 4096; echo __RC=$?", timeout=120)
+    out = raw.decode(errors="replace")
+    assert "__RC=4" in out and "port MTU 1024 is below the requested 4096" in out, out
+
+
+# Kernel 6.1 rxe answers a SEND larger than the posted receive through its malformed-WQE
+# path: REM_OP_ERR at the requester and LOC_QP_OP_ERR at the responder, where IBTA (and
+# the suite) expect the invalid-request NAK (REM_INV_REQ_ERR / LOC_LEN_ERR). Seen in this
+# lab; the backend passes the kernel's statuses through unchanged.
+RXE_DIFFERS = "tests/api/test_conformance.py::test_send_larger_than_receive_is_an_invalid_request"
+
+
+def test_conformance_suite_over_verbs_in_a_guest(lab2: Any) -> None:
+    """The IO API conformance suite (tests/api: every backend-parametrized test),
+    unchanged, over netio.open("verbs"): the contexts in one guest (one process, or two
+    for test_two_processes), connected through the guest's rxe0 (loopback)."""
+    g0 = lab2.guest("g0")
+    cmd = (f"{GUEST_ENV} python3 -m pytest -q -p no:cacheprovider "
+           f"-p tests.lab.verbs_conformance_plugin tests/api/test_conformance.py "
+           f"tests/api/test_api_usage.py -k verbs -rfE --deselect '{RXE_DIFFERS}[verbs]'")
+    _rc, raw = lab2.run(g0, f"{cmd}; echo __RC=$?", timeout=600)
+    out = raw.decode(errors="replace")
+    assert "__RC=0" in out, out[-6000:]
+    summary = re.search(r"(\d+) passed", out)
+    assert summary is not None and int(summary.group(1)) >= 18, out[-3000:]
+
+
+@pytest.mark.parametrize("verbs_role", ["client", "server"])
+def test_soft_on_the_host_with_verbs_in_a_guest(lab2: Any, verbs_role: str) -> None:
+    """netio.open("soft") on the host (in the lab namespace, at the bridge address) and
+    netio.open("verbs") in g0 (kernel rxe), through the public API: SEND and WRITE with
+    immediate data, WRITE in place into numpy, READ, both atomics, in both roles."""
+    g0 = lab2.guest("g0")
+    host_ip = lab2.state["host_ip"]
+    script = REPO / "tests" / "lab" / "verbs_soft_peer.py"
+    port = 18610 if verbs_role == "client" else 18611
+    soft_role = "server" if verbs_role == "client" else "client"
+    target = f"{host_ip}:{port}" if verbs_role == "client" else f"{g0.ip}:{port}"
+    soft_cmd = ["ip", "netns", "exec", lab2.ns, sys.executable, str(script), soft_role,
+                "soft", target, host_ip]
+    guest_cmd = f"{GUEST_ENV} python3 {script} {verbs_role} verbs {target}"
+    if verbs_role == "client":
+        soft = subprocess.Popen(soft_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+        try:
+            _rc, raw = lab2.run(g0, f"{guest_cmd}; echo __EXIT=$?", timeout=300)
+            soft_out, _ = soft.communicate(timeout=120)
+        finally:
+            soft.kill()
+        soft_rc = soft.returncode
+    else:
+        lab2.run_bg(g0, f"{guest_cmd}; echo __EXIT=$?", "verbs-soft-server")
+        done = subprocess.run(soft_cmd, capture_output=True, text=True, timeout=300)
+        soft_out, soft_rc = done.stdout + done.stderr, done.returncode
+        for _ in range(120):
+            _rc, raw = lab2.run(g0, "cat /tmp/verbs-soft-server.log", timeout=30)
+            if b"__EXIT=" in raw:
+                break
+            subprocess.run(["sleep", "0.5"], check=False)
+    guest_out = raw.decode(errors="replace")
+    assert "__EXIT=0" in guest_out, f"verbs:\n{guest_out}\nsoft:\n{soft_out}"
+    assert soft_rc == 0 and "failed=0" in soft_out, soft_out
+    assert len(re.findall(r"^CHECK ok", guest_out + soft_out, re.M)) == 7
+
+
+def test_readme_example_over_verbs_between_guests(lab2: Any) -> None:
+    """examples/write_into_numpy.py, unchanged, with --backend verbs: server in g0, client
+    in g1; the bytes land in the server's numpy array and the client's WRITE after the
+    server left ends in RetryExceeded (rxe's retry_count 7 would never end: netio uses 6),
+    unless the server was still there (see below)."""
+    g0, g1 = lab2.guest("g0"), lab2.guest("g1")
+    example = "examples/write_into_numpy.py --backend verbs"
+    lab2.run_bg(g0, f"{GUEST_ENV} python3 {example.replace('--', 'server --', 1)} "
+                    f"--listen {g0.ip}:7471; echo __EXIT=$?", "verbs-example")
+    _rc, raw = lab2.run(g1, f"sleep 2; {GUEST_ENV} python3 "
+                            f"{example.replace('--', 'client --', 1)} --connect {g0.ip}:7471;"
+                            f" echo __EXIT=$?", timeout=300)
+    client = raw.decode(errors="replace")
+    server = ""
+    for _ in range(120):  # the server may still be checking its array
+        _rc, raw = lab2.run(g0, "cat /tmp/verbs-example.log", timeout=30)
+        server = raw.decode(errors="replace")
+        if "__EXIT=" in server:
+            break
+        subprocess.run(["sleep", "0.5"], check=False)
+    assert "__EXIT=0" in server, f"{client}\n{server}"
+    assert "the array holds the 4194304 written bytes" in server
+    assert "client: wrote 4194304 bytes" in client, client
+    # The example's last step assumes the server has exited 1 s after "done"; a loaded TCG
+    # guest can take longer to check 4 MiB and exit, and the WRITE then still lands. The
+    # vanished-peer error itself is checked without that race in verbs_guest.py.
+    if "a WRITE to a departed peer succeeded?" not in client:
+        assert "__EXIT=0" in client, client
+        assert "after the server left" in client and "RETRY_EXC_ERR" in client, client
+
+
+def test_rc_uc_ud_endpoints_by_address_in_a_guest(lab2: Any) -> None:
+    """Context.endpoint("rc"/"uc"/"ud") + connect_to over verbs (one guest, rxe0): WRITE and
+    SEND with imm on RC and UC, UC refuses READ, UD receives start with the 40-byte GRH
+    and a wrong Q_Key is dropped."""
+    g0 = lab2.guest("g0")
+    _rc, raw = lab2.run(g0, f"{GUEST_ENV} python3 tests/lab/verbs_endpoints_guest.py {g0.ip}; "
+                            f"echo __EXIT=$?", timeout=300)
+    out = raw.decode(errors="replace")
+    assert "__EXIT=0" in out, out
+    assert len(re.findall(r"^CHECK ok", out, re.M)) == 8, out

@@ -1,0 +1,165 @@
+"""The inference model: KV-cache sizes, serving limits, speculation, disaggregation.
+
+Expected values come from the model shapes' publications and closed forms stated in the
+papers cited, never from netio.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from netio.errors import ModelInputError
+from netio.model import load_model, load_system
+from netio.model.inference import (
+    InferLayouts,
+    Request,
+    Serving,
+    Speculation,
+    expected_tokens,
+    infer,
+    kv_bytes_per_token,
+    kv_transfer_s,
+    serve,
+    speedup_vs_batch,
+)
+
+H100 = "dgx-h100"
+
+
+def test_kv_bytes_per_token_gqa_mqa_and_dtype() -> None:
+    # Llama 3 8B: 32 layers, 8 KV heads of 128 (arXiv 2407.21783 Table 3): K and V in
+    # bf16 are 2 * 32 * 8 * 128 * 2 = 131,072 bytes per token (128 KiB), 64 KiB in fp8.
+    m8 = load_model("llama3-8b")
+    assert float(kv_bytes_per_token(m8, "bf16")[()]) == 131072
+    assert float(kv_bytes_per_token(m8, "fp8")[()]) == 65536
+    # Llama 3 70B: 80 layers, 8 KV heads: 327,680 bytes (320 KiB) per token in bf16.
+    assert float(kv_bytes_per_token(load_model("llama3-70b"), "bf16")[()]) == 327680
+    # Tensor parallel 2 halves a rank's share; beyond the 8 KV heads a rank keeps one.
+    assert float(kv_bytes_per_token(m8, "bf16", 2)[()]) == 65536
+    assert float(kv_bytes_per_token(m8, "bf16", 16)[()]) == 131072 / 8
+    # Pipeline parallel 4 leaves 8 of the 32 layers on a rank.
+    assert float(kv_bytes_per_token(m8, "bf16", 1, 4)[()]) == 131072 / 4
+
+
+def test_expected_tokens_is_leviathan_theorem_3_8() -> None:
+    # (1 - a^(g+1)) / (1 - a): a = 0 gives the one bonus token, a -> 1 gives g + 1, and
+    # a = 0.8, g = 4: (1 - 0.8^5) / 0.2 = 3.3616 (Leviathan et al. 2023, Theorem 3.8).
+    assert float(expected_tokens(0.0, 4)[()]) == pytest.approx(1.0)
+    assert float(expected_tokens(0.8, 4)[()]) == pytest.approx((1 - 0.8 ** 5) / 0.2)
+    assert float(expected_tokens(0.9999999, 3)[()]) == pytest.approx(4.0, rel=1e-5)
+    assert float(expected_tokens(1.0, 3)[()]) == 4.0
+
+
+def test_largest_batch_fits_and_one_more_does_not() -> None:
+    system, model = load_system(H100), load_model("llama3-70b")
+    req = Request(1000, 1000)
+    best = infer(system, model, req, tp=2)
+    assert best.feasible
+    # Capacity: KV tokens over the tokens reserved per request.
+    assert best.max_concurrency == pytest.approx(
+        best.kv_capacity_tokens // 2000, abs=0.5)
+    over = infer(system, model, req, tp=2, concurrency=int(best.max_concurrency) + 1)
+    assert not over.feasible
+    assert "KV cache" in over.infeasible_reason
+    # 70B fp8 weights (~70 GB) do not fit one 80 GB H100 with any cache.
+    bf16 = infer(system, model, req, Serving(weight_dtype="bf16"), tp=1)
+    assert not bf16.feasible and "weights" in bf16.infeasible_reason
+
+
+def test_decode_is_memory_bound_at_batch_1_and_compute_bound_at_large_batch() -> None:
+    system, model = load_system(H100), load_model("llama3-8b")
+    req = Request(128, 128)
+    one = infer(system, model, req, concurrency=1)
+    # At batch 1 an iteration reads the ~8 GB of fp8 weights (plus the bf16 LM head) at
+    # most at 3.35 TB/s: at least 2.4 ms, and tokens/s per user below 1 / 2.4 ms.
+    assert one.tpot_s > 8.0e9 / 3.35e12
+    many = infer(system, model, req, concurrency=2048)
+    # Throughput grows with the batch but far less than linearly once compute-bound.
+    assert many.output_tokens_per_s > 20 * one.output_tokens_per_s
+    assert many.output_tokens_per_s < 2048 * one.output_tokens_per_s / 4
+    assert many.bottleneck == "gemm"
+
+
+def test_mixture_of_experts_reads_only_touched_experts() -> None:
+    system, moe = load_system(H100), load_model("mixtral-8x7b")
+    req = Request(128, 2048)  # long outputs: an iteration is almost only decode
+    # Mixtral 8x7B has ~46.7 B parameters, ~12.9 B active per token (arXiv 2401.04088,
+    # section 2): at batch 1 a decode step reads ~2/8 of the expert weights, so it is much
+    # faster than reading all 46.7 B in fp8 (>= 14 ms at 3.35 TB/s) would allow.
+    one = infer(system, moe, req, tp=1, concurrency=1)
+    assert one.tpot_s < 46.7e9 / 3.35e12 / 2
+    assert one.tpot_s > 12.9e9 / 3.35e12
+    # Expert parallelism must divide the experts and the tensor-parallel group.
+    assert not infer(system, moe, req, tp=4, ep=3).feasible
+
+
+def test_speculation_speedup_shrinks_with_batch() -> None:
+    system, model = load_system(H100), load_model("llama3-8b")
+    req = Request(128, 512)
+    spec = Speculation(acceptance_rate=0.8, draft=load_model("llama3-8b"), cost_ratio=0.0)
+    # A cheap draft (cost ratio c = 0.05 of a target decode step), alpha = 0.8, gamma 4.
+    cheap = Speculation(acceptance_rate=0.8, cost_ratio=0.05)
+    s = speedup_vs_batch(system, model, req, Serving(), cheap, 4, [1, 16, 256, 1024])
+    assert s[0] > 2.0  # memory-bound verification costs ~one step: ~3.36 / (1 + 4 c)
+    assert s[0] < float(expected_tokens(0.8, 4)[()])
+    assert s[0] > s[1] > s[2] > s[3]
+    assert s[3] < 1.2  # compute-bound at large batch: little left
+    # A draft as large as the target (c ~ 1 per drafted token) never pays.
+    same = speedup_vs_batch(system, model, req, Serving(), spec, 4, [1, 64])
+    assert max(same) < 1.0
+
+
+def test_mean_accepted_length_input_for_tree_drafts() -> None:
+    system, model = load_system(H100), load_model("llama3-8b")
+    req = Request(128, 512)
+    lay = InferLayouts.one(concurrency=1, draft_tokens=6)
+    r = serve(system, model, Serving(), req, lay,
+              Speculation(mean_accepted_tokens=3.5, cost_ratio=0.02))
+    assert float(r.accepted_tokens_per_step[0]) == 3.5
+    with pytest.raises(ModelInputError, match="mean_accepted_tokens"):
+        Speculation(mean_accepted_tokens=0.5)
+
+
+def test_disaggregated_kv_transfer_over_the_nic() -> None:
+    system, model = load_system(H100), load_model("llama3-70b")
+    req = Request(4096, 256)
+    r = infer(system, model, req, tp=2, disaggregate=True)
+    assert r.disaggregated is not None
+    # 4096 tokens x 160 KiB (fp8 KV of Llama 3 70B) = 640 MiB, sent by 2 ranks, each
+    # over its own 400 Gb/s NIC: at least 335.5 MB / 50 GB/s = 6.7 ms.
+    assert r.disaggregated["kv_transfer_bytes"] == 4096 * 163840
+    assert r.disaggregated["kv_transfer_s"] >= 4096 * 163840 / 2 / 50e9
+    assert r.disaggregated["kv_transfer_s"] < 4 * 4096 * 163840 / 2 / 50e9
+    # A faster network moves it faster (a fabric profile-calibrated link is the same path).
+    assert kv_transfer_s(system, model, Serving(), req, 4, 1) < r.disaggregated["kv_transfer_s"]
+
+
+def test_vectorised_serving_equals_one_at_a_time() -> None:
+    system, model = load_system(H100), load_model("llama3-70b")
+    req = Request(500, 2000)
+    tps, pps, concs = [1, 2, 4, 8, 2], [1, 1, 2, 1, 4], [0, 64, 0, 256, 32]
+    lay = InferLayouts(*(np.asarray(x, dtype=np.int64) for x in (
+        tps, pps, [1] * 5, concs, [0] * 5)))
+    many = serve(system, model, Serving(), req, lay)
+    for i in range(5):
+        one = infer(system, model, req, tp=tps[i], pp=pps[i], concurrency=concs[i])
+        assert one.output_tokens_per_s == float(many.output_tokens_per_s[i])
+        assert one.tpot_s == float(many.tpot_s[i])
+
+
+def test_unfused_attention_pays_for_the_score_matrix() -> None:
+    system, model = load_system(H100), load_model("llama3-8b")
+    req = Request(8192, 16)  # prefill-heavy: attention over long prompts
+    fused = infer(system, model, req, concurrency=8)
+    unfused = infer(system, model, req, Serving(attention_fused=False), concurrency=8)
+    assert unfused.iteration_breakdown_s["attention_s"] > fused.iteration_breakdown_s[
+        "attention_s"]
+    assert unfused.iteration_breakdown_s["gemm_s"] == fused.iteration_breakdown_s["gemm_s"]
+
+
+def test_no_room_for_one_request_is_infeasible() -> None:
+    # Llama 3 70B in fp8 (~70 GB) leaves an 80 GB H100 a few GB: a 1M-token request's
+    # cache (160 KiB per token, ~164 GB) does not fit even once.
+    r = infer(load_system(H100), load_model("llama3-70b"), Request(1_000_000, 10))
+    assert not r.feasible and "KV cache" in r.infeasible_reason

@@ -1,0 +1,258 @@
+"""The training-step and memory models: feasibility, vectorisation, properties."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from netio.errors import ModelInputError
+from netio.model import Infeasible, Layouts, evaluate, load_model, load_system, train
+from netio.model.memory import layer_params, params_per_rank
+from netio.model.schema import Execution, Link, Model, System, execution_from_dict
+
+GIB = float(1 << 30)
+
+
+def ex(**kw: Any) -> Execution:
+    base: dict[str, Any] = dict(
+        tensor_parallel=8, pipeline_parallel=4, interleave=1, data_parallel=2,
+        expert_parallel=1, context_parallel=1, sequence_parallel=True, zero_stage=1,
+        micro_batch_size=1, global_batch_size=32, recompute="selective", attention="flash",
+        compute_dtype="bf16", grad_reduce_dtype="fp32", overlap_grad_reduce=True,
+        overlap_tp_comm=False)
+    base.update(kw)
+    return execution_from_dict(base)
+
+
+def test_parameter_count_matches_the_published_sizes() -> None:
+    # GPT-3 175B (Brown et al. 2020 Table 2.1: 175.0B), Llama 3 70B (Meta: 70.6B),
+    # Mixtral 8x7B (Jiang et al. 2024: 46.7B total).
+    for name, published in (("gpt3-175b", 175.0e9), ("llama3-70b", 70.6e9),
+                            ("mixtral-8x7b", 46.7e9)):
+        m = load_model(name)
+        lay = Layouts.from_execution(ex(tensor_parallel=1, pipeline_parallel=1,
+                                        data_parallel=1, global_batch_size=1))
+        total = float(params_per_rank(m, lay)[0])  # one rank holds everything
+        assert total == pytest.approx(published, rel=0.01), name
+
+
+def test_megatron_bytes_per_parameter() -> None:
+    # Megatron-LM theoretical_memory_usage.py: 18 bytes per parameter without the
+    # distributed optimizer (bf16 weight, fp32 gradient, 12 bytes of Adam state), and
+    # 6 + 12/d with it.
+    m = load_model("gpt3-175b")
+    system = load_system("dgx-h100")
+    for zero, d, per_param in ((0, 4, 18.0), (1, 4, 6 + 12 / 4), (1, 16, 6 + 12 / 16)):
+        r = train(system, m, ex(zero_stage=zero, data_parallel=d, global_batch_size=16 * d,
+                                pipeline_parallel=16))
+        params = float(params_per_rank(m, Layouts.from_execution(ex(pipeline_parallel=16)))[0])
+        mem = r.memory
+        assert (mem.weights_bytes + mem.gradients_bytes + mem.optimizer_bytes) / params \
+            == pytest.approx(per_param)
+
+
+def test_infeasible_memory_names_the_term_and_the_excess() -> None:
+    r = train(load_system("dgx-a100-80gb"), load_model("gpt3-175b"),
+              ex(tensor_parallel=8, pipeline_parallel=1, data_parallel=1, zero_stage=0,
+                 global_batch_size=8, recompute="none", attention="unfused",
+                 sequence_parallel=False))
+    assert not r.feasible
+    assert r.infeasible_reason.startswith("memory: needs ")
+    assert "GiB over" in r.infeasible_reason and "largest term optimizer state" \
+        in r.infeasible_reason
+    over = (r.memory.total_bytes - r.memory.capacity_bytes) / GIB
+    assert f"({over:.2f} GiB over)" in r.infeasible_reason
+    assert "INFEASIBLE" in r.to_text() and r.to_json_dict()["feasible"] is False
+
+
+@pytest.mark.parametrize(("kw", "reason", "words"), [
+    (dict(global_batch_size=33), Infeasible.BATCH_NOT_DIVISIBLE, "not a multiple"),
+    (dict(pipeline_parallel=64, interleave=2, global_batch_size=32, data_parallel=1),
+     Infeasible.TOO_FEW_LAYERS, "96 layers cannot fill"),
+    (dict(tensor_parallel=5), Infeasible.HEADS_NOT_DIVISIBLE, "attention heads"),
+    (dict(context_parallel=3), Infeasible.SEQUENCE_NOT_DIVISIBLE, "context_parallel 3"),
+])
+def test_layout_errors_are_reported_not_raised(kw: dict[str, Any], reason: Infeasible,
+                                               words: str) -> None:
+    system, model = load_system("dgx-h100"), load_model("gpt3-175b")
+    r = train(system, model, ex(**kw))
+    assert not r.feasible and words in r.infeasible_reason
+    out = evaluate(system, model, Layouts.from_execution(ex(**kw)))
+    assert int(out.infeasible[0]) == reason
+
+
+def test_breakdown_adds_up_and_names_the_bottleneck() -> None:
+    r = train(load_system("dgx-h100"), load_model("llama3-70b"), ex(
+        pipeline_parallel=4, interleave=5, global_batch_size=64))
+    assert r.feasible
+    assert sum(r.breakdown_s.values()) == pytest.approx(r.step_s, rel=1e-9)
+    assert r.bottleneck == max(r.breakdown_s, key=lambda k: r.breakdown_s[k])
+    assert 0.2 < r.mfu <= r.hfu < 1.0
+    doc = r.to_json_dict()
+    assert doc["step_s"] == r.step_s and "memory_per_accelerator_bytes" in doc
+
+
+def test_moe_context_and_expert_parallel_terms_appear() -> None:
+    system, model = load_system("dgx-h100"), load_model("mixtral-8x7b")
+    r = train(system, model, ex(tensor_parallel=2, pipeline_parallel=1, data_parallel=8,
+                                expert_parallel=8, context_parallel=2,
+                                global_batch_size=64))
+    assert r.feasible, r.infeasible_reason
+    assert r.breakdown_s["ep_communication"] > 0
+    assert r.breakdown_s["dp_communication"] >= 0
+    bad = train(system, model, ex(tensor_parallel=2, pipeline_parallel=1, data_parallel=6,
+                                  expert_parallel=3, global_batch_size=60))
+    assert not bad.feasible and "expert_parallel 3" in bad.infeasible_reason
+
+
+def test_weight_streaming_systems_are_refused_with_a_reason() -> None:
+    with pytest.raises(ModelInputError, match="weight_streaming"):
+        train(load_system("cs3-weight-streaming"), load_model("gpt3-175b"), ex())
+
+
+def _grid(n: int, seed: int) -> tuple[Layouts, list[Execution]]:
+    rng = np.random.default_rng(seed)
+    exs = [ex(tensor_parallel=int(rng.choice([1, 2, 4, 8])),
+              pipeline_parallel=(pp := int(rng.choice([1, 2, 4, 8]))),
+              interleave=int(rng.choice([1, 2])) if pp > 1 else 1,
+              data_parallel=(dp := int(rng.choice([1, 2, 4]))),
+              micro_batch_size=(mb := int(rng.choice([1, 2]))),
+              global_batch_size=dp * mb * int(rng.choice([4, 8, 16])),
+              zero_stage=int(rng.integers(0, 4)),
+              recompute=str(rng.choice(["none", "selective", "full"])),
+              attention=str(rng.choice(["flash", "unfused"])),
+              sequence_parallel=bool(rng.integers(0, 2)),
+              overlap_grad_reduce=bool(rng.integers(0, 2)),
+              overlap_tp_comm=bool(rng.integers(0, 2))) for _ in range(n)]
+    singles = [Layouts.from_execution(e) for e in exs]
+    stacked = Layouts(*[np.concatenate([getattr(s, f.name) for s in singles])
+                        if f.name not in ("compute_dtype", "grad_reduce_dtype")
+                        else getattr(singles[0], f.name)
+                        for f in dataclasses.fields(Layouts)])
+    return stacked, exs
+
+
+def test_vectorised_equals_one_at_a_time() -> None:
+    system, model = load_system("dgx-h100"), load_model("llama3-8b")
+    lay, exs = _grid(40, seed=7)
+    many = evaluate(system, model, lay)
+    for i, e in enumerate(exs):
+        r = train(system, model, e)
+        assert r.step_s == float(many.step_s[i])
+        assert r.memory.total_bytes == float(many.memory.total_bytes[i])
+        assert r.feasible == (int(many.infeasible[i]) == 0)
+
+
+def _scaled(system: System, bw: float, mem: float) -> System:
+    node = system.node
+    up = Link(node.scale_up.alpha_s, node.scale_up.beta_s_per_byte / bw, node.scale_up.efficiency)
+    out = Link(node.scale_out.alpha_s, node.scale_out.beta_s_per_byte / bw,
+               node.scale_out.efficiency)
+    acc = dataclasses.replace(
+        system.accelerator, memory_bytes=system.accelerator.memory_bytes * mem,
+        memory_bandwidth_bytes_per_s=system.accelerator.memory_bandwidth_bytes_per_s * bw)
+    return dataclasses.replace(system, accelerator=acc,
+                               node=dataclasses.replace(node, scale_up=up, scale_out=out))
+
+
+MODELS = {name: load_model(name) for name in ("llama3-8b", "gpt3-175b", "mixtral-8x7b")}
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31), bw=st.floats(1.0, 16.0), mem=st.floats(1.0, 4.0),
+       name=st.sampled_from(sorted(MODELS)))
+def test_more_bandwidth_never_slower_more_memory_never_infeasible(
+        seed: int, bw: float, mem: float, name: str) -> None:
+    model: Model = MODELS[name]
+    base = load_system("dgx-h100")
+    lay, _ = _grid(12, seed)
+    a = evaluate(base, model, lay)
+    b = evaluate(_scaled(base, bw, 1.0), model, lay)
+    c = evaluate(_scaled(base, 1.0, mem), model, lay)
+    assert np.all(b.step_s <= a.step_s * (1 + 1e-12))
+    assert not np.any((a.infeasible == 0) & (c.infeasible != 0))
+
+
+def test_layer_params_count_gqa_and_gating() -> None:
+    # Llama 3 8B layer: q 4096x4096, k and v 4096x1024, o 4096x4096, three 4096x14336 MLP
+    # matrices (config.json); biases are counted by netio (GPT style), Llama has none.
+    split, _ = layer_params(load_model("llama3-8b"))
+    weights = 4096 * 4096 * 2 + 2 * 4096 * 1024 + 3 * 4096 * 14336
+    assert split == pytest.approx(weights, rel=1e-3)
+
+
+def test_uneven_layers_load_the_fullest_stage() -> None:
+    # 126 layers on 16 stages: the fullest stage has ceil(126/16) = 8 layers, as with 128.
+    system = load_system("dgx-h100")
+    base = load_model("llama3-8b")
+    e = ex(pipeline_parallel=16, data_parallel=1, global_batch_size=64)
+    a = train(system, dataclasses.replace(base, layers=126), e)
+    b = train(system, dataclasses.replace(base, layers=128), e)
+    assert a.feasible and a.step_s == b.step_s
+    assert a.collectives["tensor_parallel"].endswith("all-gather + reduce-scatter")
+
+
+def test_fused_attention_runs_at_its_own_efficiency() -> None:
+    # Halving the FlashAttention kernel's efficiency doubles its compute-bound time: the
+    # step grows, and by less than the whole compute term.
+    system, model = load_system("dgx-h100"), load_model("llama3-8b")
+    slow = dataclasses.replace(system, accelerator=dataclasses.replace(
+        system.accelerator, fused_attention_efficiency=system.accelerator
+        .fused_attention_efficiency / 2))
+    e = ex(pipeline_parallel=1, data_parallel=8, global_batch_size=64)
+    a, b = train(system, model, e), train(slow, model, e)
+    assert a.step_s < b.step_s < a.step_s + a.breakdown_s["compute"]
+    unfused = ex(pipeline_parallel=1, data_parallel=8, global_batch_size=64,
+                 attention="unfused", recompute="selective")
+    assert train(system, model, unfused).step_s == train(slow, model, unfused).step_s
+
+
+def test_any_layout_on_any_preset_gives_a_finite_step() -> None:
+    # Wide random layouts, valid or not, on every GPU system and model preset: no floating
+    # point error, a finite positive step, and a reason code for every element.
+    from netio.model import load_execution, preset_names
+
+    rng = np.random.default_rng(3)
+    n = 400
+    base = Layouts.from_execution(load_execution("llama3-70b-64gpu"))
+    pp = rng.choice([1, 2, 3, 4, 8, 16, 64, 128], n)
+    lay = dataclasses.replace(base, **{k: np.asarray(v) for k, v in dict(
+        tensor_parallel=rng.choice([1, 2, 3, 4, 8, 16, 32], n), pipeline_parallel=pp,
+        interleave=np.where(pp > 1, rng.choice([1, 2, 3, 5], n), 1),
+        data_parallel=rng.choice([1, 2, 3, 4, 8, 64, 512], n),
+        expert_parallel=rng.choice([1, 2, 4, 8], n),
+        context_parallel=rng.choice([1, 2, 4, 16], n),
+        sequence_parallel=rng.integers(0, 2, n).astype(bool), zero_stage=rng.integers(0, 4, n),
+        micro_batch_size=rng.choice([1, 2, 4, 16], n),
+        global_batch_size=rng.choice([1, 7, 64, 1024, 4096], n),
+        recompute=rng.integers(0, 3, n), attention=rng.integers(0, 2, n),
+        overlap_grad_reduce=rng.integers(0, 2, n).astype(bool),
+        overlap_tp_comm=rng.integers(0, 2, n).astype(bool)).items()})
+    for system_name in preset_names("system"):
+        system = load_system(system_name)
+        if system.weight_streaming is not None:
+            continue
+        for model_name in preset_names("model"):
+            with np.errstate(all="raise"):
+                r = evaluate(system, load_model(model_name), lay)
+            assert np.all(np.isfinite(r.step_s) & (r.step_s > 0)), (system_name, model_name)
+            assert set(np.unique(r.infeasible)) <= {int(x) for x in Infeasible}
+
+
+def test_tp_comm_overlap_hides_sequence_parallel_collectives_behind_gemms() -> None:
+    system, model = load_system("dgx-h100"), load_model("llama3-70b")
+    kw = dict(pipeline_parallel=4, global_batch_size=64)
+    plain = train(system, model, ex(**kw))
+    hidden = train(system, model, ex(overlap_tp_comm=True, **kw))
+    assert hidden.breakdown_s["tp_communication"] < plain.breakdown_s["tp_communication"]
+    assert hidden.step_s < plain.step_s
+    assert hidden.breakdown_s["compute"] == plain.breakdown_s["compute"]
+    # Megatron overlaps only the sequence-parallel gathers and reduce-scatters.
+    no_sp = dict(sequence_parallel=False, **kw)
+    assert train(system, model, ex(overlap_tp_comm=True, **no_sp)).step_s \
+        == train(system, model, ex(**no_sp)).step_s
