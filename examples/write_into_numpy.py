@@ -67,7 +67,9 @@ def client(backend: str, connect: str, local_addr: str | None) -> int:
         print(f"client: wrote {ARRAY_BYTES} bytes in {took_s * 1e3:.1f} ms "
               f"({ARRAY_BYTES * 8 / took_s / 1e9:.2f} Gb/s)", flush=True)
         ep.send(ctx.register(bytearray(b"done")), imm=DONE_IMM).wait(30)
-        time.sleep(1.0)  # the server checks its array and exits
+        deadline = time.monotonic() + 60
+        while not ep.peer_closed and time.monotonic() < deadline:
+            time.sleep(0.05)  # the server checks its array and exits (its connection closes)
         try:
             ep.write(local[0:4096], remote[0:4096]).wait(30)
         except netio.OperationError as exc:

@@ -125,6 +125,6 @@ def test_usage_errors(args: list[str], match: str) -> None:
 def test_no_server_is_a_failure_with_a_json_error() -> None:
     t0 = time.monotonic()
     out = _client("write_bw", "--backend", "tcp", "--json", "--timeout", "2", "127.0.0.1:9")
-    assert out.returncode == 1
+    assert out.returncode == 4  # ExitCode.FAILED
     assert "error" in json.loads(out.stdout)
     assert time.monotonic() - t0 < 20

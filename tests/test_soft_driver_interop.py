@@ -441,11 +441,11 @@ def test_ctrl_c_mid_run_stops_both_commands_with_130() -> None:
             client.send_signal(signal.SIGINT)
             _, err = client.communicate(timeout=20)
             assert client.returncode == 130 and err.endswith("interrupted\n"), err
-            # The server either saw its peer go (1) or is interrupted too (130; or
+            # The server either saw its peer go (4) or is interrupted too (130; or
             # killed by the signal when it arrives as the process exits anyway).
             server.send_signal(signal.SIGINT)
             _, err = server.communicate(timeout=20)
-            assert server.returncode in (1, 130, -signal.SIGINT), err
+            assert server.returncode in (4, 130, -signal.SIGINT), err
             assert "Traceback" not in err
         finally:
             for proc in (server, client):
@@ -507,5 +507,5 @@ def test_help_texts_name_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> N
             main(argv)
         assert ei.value.code == 0
         text = " ".join(capsys.readouterr().out.split())
-        assert "0 done; 1 the test failed" in text and "2 bad arguments" in text
+        assert "0 done; 4 the test failed" in text and "2 bad arguments" in text
         assert "130 interrupted" in text and "141" in text

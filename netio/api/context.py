@@ -11,11 +11,12 @@ import asyncio
 import atexit
 import contextlib
 import ctypes
+import ipaddress
 import logging
 import socket
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "soft", "verbs", "tcp")
+CMS = ("netio", "rdma_cm")  # who sets connections up: netio's exchange or rdma_cm
 DEFAULT_ACCESS = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
 IB_MTUS = (256, 512, 1024, 2048, 4096)
 _CLOSE_S = 5.0
@@ -160,12 +162,28 @@ class Context:
 
     # -- connecting ----------------------------------------------------------------------
 
-    def connect(self, addr: str | tuple[str, int], *, timeout_s: float | None = None
-                ) -> Pending[Endpoint]:
-        """Connect to a netio listener at ``HOST:PORT``; the handle gives the endpoint."""
+    def connect(self, addr: str | tuple[str, int], *, timeout_s: float | None = None,
+                cm: str = "netio") -> Pending[Endpoint]:
+        """Connect to a netio listener at ``HOST:PORT``; the handle gives the endpoint.
+        ``cm="rdma_cm"`` (verbs backend) connects through rdma_cm instead of netio's own
+        exchange, to any rdma_cm listener (see :mod:`netio.backends.rdmacm`)."""
         self._check_open()
         host, port = _parse_addr(addr, "connect")
-        return self.runner.spawn(self._connect(host, port, timeout_s or self.options.timeout_s))
+        t = timeout_s or self.options.timeout_s
+        if self._use_rdma_cm(cm):
+            from netio.backends import rdmacm
+
+            return self.runner.spawn(rdmacm.connect(self, host, port, route_source_ip(host),
+                                                    t, self.options.mtu_bytes))
+        return self.runner.spawn(self._connect(host, port, t))
+
+    def _use_rdma_cm(self, cm: str) -> bool:
+        if cm not in CMS:
+            raise IoError(f"cm={cm!r} is not one of {', '.join(CMS)}")
+        if cm == "rdma_cm" and self.backend.name != "verbs":
+            raise IoError(f"cm='rdma_cm' needs the verbs backend; this context uses "
+                          f"{self.backend.name} (use cm='netio' there)")
+        return cm == "rdma_cm"
 
     async def _connect(self, host: str, port: int, timeout_s: float) -> Endpoint:
         peer = f"{host}:{port}"
@@ -222,6 +240,20 @@ class Context:
             return local.mtu_bytes
         return min(local.mtu_bytes, self.options.mtu_bytes)
 
+    def notifier(self) -> _Notify:
+        """The ``notify`` to create a backend QP with (it reaches the endpoint later)."""
+        return _Notify()
+
+    def adopt_endpoint(self, qp: BackendQp, notify: _Notify, local: QpAddress,
+                       remote: QpAddress, mtu: int, peer: str) -> Endpoint:
+        """The endpoint over a QP connected elsewhere (rdma_cm), owned by this context."""
+        path = Path(self.backend.describe(), local, remote, mtu, self.options.qp, peer)
+        ep = Endpoint(self, qp, path)
+        notify.target = ep.progress
+        self._endpoints.add(ep)
+        ep.progress()
+        return ep
+
     def _endpoint(self, qp: BackendQp, notify: _Notify, local: QpAddress, remote: QpAddress,
                   mtu: int, peer: str, reader: asyncio.StreamReader,
                   writer: asyncio.StreamWriter) -> Endpoint:
@@ -257,11 +289,26 @@ class Context:
         self._endpoints.add(ep)
         return ep
 
-    def listen(self, addr: str | tuple[str, int] = "0.0.0.0:0") -> Pending[Listener]:
-        """Listen for netio connections on ``HOST:PORT`` (port 0: any free port)."""
+    def listen(self, addr: str | tuple[str, int] = "0.0.0.0:0", *, cm: str = "netio"
+               ) -> Pending[Listener]:
+        """Listen for netio connections on ``HOST:PORT`` (port 0: any free port).
+        ``cm="rdma_cm"`` (verbs backend) accepts rdma_cm connections instead (a port must
+        be given)."""
         self._check_open()
         host, port = _parse_addr(addr, "listen")
+        if self._use_rdma_cm(cm):
+            return self.runner.spawn(self._cm_listen(host, port))
         return self.runner.spawn(self._listen(host, port))
+
+    async def _cm_listen(self, host: str, port: int) -> Listener:
+        from netio.backends import rdmacm
+
+        listener = Listener(self)
+        acceptor = await rdmacm.listen(self, listener, host, port, self.options.mtu_bytes)
+        listener.bound = acceptor.address
+        listener.closers.append(acceptor.aclose)
+        self._listeners.add(listener)
+        return listener
 
     async def _listen(self, host: str, port: int) -> Listener:
         listener = Listener(self)
@@ -298,6 +345,11 @@ class Context:
         qp = await self.backend.create_qp(local_ip, self.options.qp, notify)
         try:
             local = qp.address()
+            mismatch = gid_mismatch(local, remote)
+            if mismatch:
+                await exchange.write_message(writer, exchange.Kind.REJECT,
+                                             {"reason": mismatch}, "exchange reject", timeout_s)
+                raise ExchangeMismatch(f"{peer}: {mismatch}")
             mtu = min(client_mtu, self._mtu(local))
             # A RoCE QP must be ready to receive before the client learns it may send;
             # the tcp QP reads the exchange's stream, so it starts after the last message.
@@ -380,6 +432,23 @@ class Context:
         return f"Context({self.backend.name}, {'closed' if self._closed else 'open'})"
 
 
+def gid_mismatch(local: QpAddress, remote: QpAddress) -> str:
+    """Why two RoCE QP addresses cannot talk (GID type, or IPv4 against IPv6), or ""."""
+    if local.transport != Transport.ROCE:
+        return ""
+    if local.gid_type != remote.gid_type:
+        return (f"GID type mismatch: the client's GID {remote.gid} (index {remote.gid_index}) is "
+                f"{remote.gid_type}, this listener's {local.gid} (index {local.gid_index}) is "
+                f"{local.gid_type}; both sides need RoCEv2 GIDs (netio doctor lists them)")
+    local_v4 = ipaddress.IPv6Address(local.gid).ipv4_mapped is not None
+    remote_v4 = ipaddress.IPv6Address(remote.gid).ipv4_mapped is not None
+    if local_v4 != remote_v4:
+        return (f"address family mismatch: the client's GID {remote.gid} is "
+                f"{'IPv4' if remote_v4 else 'IPv6'}, this listener's {local.gid} is "
+                f"{'IPv4' if local_v4 else 'IPv6'}; pin a GID of the same family (gid=)")
+    return ""
+
+
 def _qp_type(value: QpType | str) -> QpType:
     if isinstance(value, QpType):
         return value
@@ -424,7 +493,7 @@ async def _watch_peer(ep: Endpoint, reader: asyncio.StreamReader,
     except asyncio.CancelledError:
         writer.close()
         raise
-    ep.peer_closed = True
+    ep.mark_peer_closed()
     writer.close()
 
 
@@ -443,10 +512,15 @@ class Listener:
         self.rejected = 0
         self._closed = False
         self._closed_event = asyncio.Event()
+        # an rdma_cm listener has no asyncio server: its address, and what closes it
+        self.bound: tuple[str, int] | None = None
+        self.closers: list[Callable[[], Awaitable[None]]] = []
 
     @property
     def address(self) -> tuple[str, int]:
         """The (host, port) it listens on (the real port when 0 was asked for)."""
+        if self.bound is not None and not self._closed:
+            return self.bound
         if self.server is None or not self.server.sockets:
             raise ClosedError("the listener is closed")
         name = self.server.sockets[0].getsockname()
@@ -467,10 +541,16 @@ class Listener:
             log.warning("netio listener: %s", exc)
             writer.close()
             return
-        if self._closed:
+        if not self.deliver(ep):
             await ep.aclose()
-            return
+
+    def deliver(self, ep: Endpoint) -> bool:
+        """Queue a connected endpoint for ``accept`` (False once the listener is closed:
+        the caller closes it)."""
+        if self._closed:
+            return False
         self._ready.put_nowait(ep)
+        return True
 
     def accept(self, timeout_s: float | None = None) -> Pending[Endpoint]:
         """The next connected endpoint (waits for one; :class:`Timeout` after
@@ -500,6 +580,9 @@ class Listener:
             return
         self._closed = True
         self._closed_event.set()
+        for closer in self.closers:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(closer(), _CLOSE_S)
         if self.server is not None:
             self.server.close()
             with contextlib.suppress(Exception):

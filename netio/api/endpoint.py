@@ -203,7 +203,7 @@ class Endpoint:
         self._ops: dict[int, _Op] = {}
         self._send_order: deque[int] = deque()
         self._closed = False
-        self.peer_closed = False
+        self._peer_closed = False
         self.completed = 0
         # watches the exchange connection of a RoCE endpoint for the peer leaving
         self.watch_task: asyncio.Task[None] | None = None
@@ -281,8 +281,6 @@ class Endpoint:
         try:
             if self._closed:
                 raise ClosedError("the endpoint is closed")
-            if self.peer_closed and self.path.local.transport == Transport.TCP:
-                raise ClosedError(f"the peer {self.path.peer} closed the connection")
             sends: list[SendRequest] = []
             recvs: list[RecvRequest] = []
             ids: list[int] = []
@@ -454,6 +452,15 @@ class Endpoint:
     @property
     def qp_type(self) -> QpType:
         return self._qp_type
+
+    @property
+    def peer_closed(self) -> bool:
+        """True once the peer's netio closed the connection (its exchange connection, or
+        for the tcp backend the data connection, ended)."""
+        return self._peer_closed or bool(getattr(self._qp, "peer_gone", False))
+
+    def mark_peer_closed(self) -> None:
+        self._peer_closed = True
 
     def connect_to(self, remote: QpAddress, *, mtu_bytes: int | None = None) -> Pending[None]:
         """Connect an endpoint made by ``Context.endpoint`` to a peer whose address came by

@@ -235,6 +235,9 @@ class BackendQp(Protocol):
         """Backend counters for this QP (retransmissions, drops, NAKs...)."""
         ...
 
+    # A backend that learns by itself that the peer left (the tcp backend's connection
+    # ended) also has ``peer_gone: bool``; Endpoint.peer_closed reads it when present.
+
     def diagnosis(self) -> str:
         """Why this QP last refused a peer's request (\"\" when it has not, or the backend
         cannot tell), e.g. the path-MTU mismatch a payload length reveals."""

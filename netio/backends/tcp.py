@@ -137,6 +137,7 @@ class TcpQp:
         self._cq: deque[Completion] = deque()
         self._error = False
         self._gone_unreported = False
+        self.peer_gone = False  # the connection ended (read by Endpoint.peer_closed)
         self._rnr_skip_until: int | None = None  # responder: drop requests after an RNR NAK
         self._retry_handle: asyncio.TimerHandle | None = None
         self._closed = False
@@ -409,6 +410,7 @@ class TcpQp:
         self._notify()
 
     def _peer_gone(self) -> None:
+        self.peer_gone = True
         if self._error:
             return
         if self._outstanding:

@@ -450,6 +450,39 @@ class VerbsQp:
         self._mtu_bytes = mtu_bytes
         self._state = "rts"
 
+    def cm_modify(self, attr: Any, mask: int, step: str) -> None:
+        """Move this (RC) QP with attributes rdma_cm gave (``rdma_init_qp_attr``), netio's
+        ACK timeout, retry counts and RNR timer in place of the CM's defaults."""
+        self._check_open(f"rdma_cm {step}")
+        o = self._options
+        if step == "RTR":
+            attr.min_rnr_timer = o.min_rnr_timer
+        elif step == "RTS":
+            attr.timeout = o.timeout
+            attr.retry_cnt = (6 if o.retry_count == 7 and self._backend.retry_forever_at_7
+                              else o.retry_count)
+            attr.rnr_retry = o.rnr_retry
+            self.psn = int(attr.sq_psn)
+        try:
+            self._qp.modify(attr, mask)
+        except self._pv.Error as exc:
+            raise ConnectFailed(f"QP {self.qpn}: ibv_modify_qp to {step} with rdma_cm's "
+                                f"attributes failed: {exc}", errno_value=_errno_of(exc),
+                                hint=f"local GID {self._entry.gid} (index {self._entry.index}"
+                                     f", {self._entry.device} port {self._entry.port})"
+                                ) from exc
+
+    def cm_connected(self, remote: QpAddress, mtu_bytes: int) -> None:
+        """Record the peer rdma_cm connected this QP to (it is in RTS)."""
+        self._remote = remote
+        self._mtu_bytes = mtu_bytes
+        self._state = "rts"
+
+    @property
+    def entry(self) -> GidEntry:
+        """The device, port and GID this QP sends from."""
+        return self._entry
+
     def _check_open(self, what: str) -> None:
         if self._state in ("closing", "closed"):
             raise ClosedError(f"QP {self.qpn}: {what} after close")

@@ -13,8 +13,9 @@ and a bandwidth sweep (write_bw) over the sizes and writes the fitted link profi
 On one host the soft backend needs one local address per process (--local-addr; the
 server takes its --listen address).
 
-Exit codes: 0 done; 1 the test failed (no server, a failed completion, a timeout);
-2 bad arguments; 130 interrupted (Ctrl-C); 141 the reader of the output went away.
+Exit codes (netio's one table, ``netio --help``): 0 done; 2 bad arguments; 4 the test
+failed (no server, a failed completion, a timeout); 130 interrupted (Ctrl-C); 141 the
+reader of the output went away.
 """
 
 from __future__ import annotations
@@ -27,13 +28,18 @@ from collections.abc import Sequence
 from typing import Any
 
 import netio
+from netio.cli.exit_codes import ExitCode
 from netio.perf import report
 from netio.perf.profile import build_profile
 from netio.perf.run import Result, run_client, serve
 from netio.perf.spec import SWEEP_SIZES_BYTES, BandwidthResult, LatencyResult, Mode, RunSpec
 
 DEFAULT_PORT = 18600
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 0, 1, 2, 130, 141
+EXIT_OK = ExitCode.OK
+EXIT_USAGE = ExitCode.USAGE
+EXIT_FAILED = ExitCode.FAILED
+EXIT_INTERRUPTED = ExitCode.INTERRUPTED
+EXIT_BROKEN_PIPE = ExitCode.BROKEN_PIPE
 _MODES = [m.value for m in Mode]
 
 

@@ -1,5 +1,5 @@
 """``netio-daemon``: the host/switch telemetry exporter (Prometheus /metrics,
-/healthz, /api/profile, /api/captures).
+/healthz readiness, /livez liveness, /api/profile, /api/captures).
 
     netio-daemon --config /etc/netio/netio-daemon.toml
     netio-daemon --check-config --config FILE      # validate and exit
@@ -7,9 +7,10 @@
     netio-daemon --once --json --sysfs-root DIR/sys   # one collection, fabric profile JSON
 
 SIGHUP reloads the configuration (a bad file keeps the running one), SIGTERM
-and SIGINT stop. Exit status: 0 after a clean stop (or a valid --check-config,
-or --once); 1 when the listen address cannot be bound; 2 on a bad
-configuration, web config or option; 130 when interrupted during --once.
+and SIGINT stop. Exit codes (netio's one table, ``netio --help``): 0 after a clean stop
+(or a valid --check-config, or --once); 2 a bad option; 3 a bad configuration or web
+configuration file; 4 when the listen address cannot be bound; 130 when interrupted
+during --once.
 """
 
 from __future__ import annotations
@@ -22,14 +23,16 @@ import json
 import resource
 import sys
 
+from netio.cli.exit_codes import ExitCode
 from netio.daemon import eventlog
 from netio.daemon.config import Config, check_listen, check_paths, load_config
 from netio.errors import ConfigError
 
-EXIT_OK = 0
-EXIT_LISTEN = 1
-EXIT_CONFIG = 2
-EXIT_INTERRUPTED = 130
+EXIT_OK = ExitCode.OK
+EXIT_USAGE = ExitCode.USAGE
+EXIT_CONFIG = ExitCode.UNREADABLE
+EXIT_LISTEN = ExitCode.FAILED
+EXIT_INTERRUPTED = ExitCode.INTERRUPTED
 
 
 def raise_descriptor_limit() -> None:
@@ -113,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             else WebConfig()
     except ConfigError as e:
         print(f"netio-daemon: configuration error: {e}", file=sys.stderr)
-        return EXIT_CONFIG
+        return EXIT_USAGE if e.key.startswith("--") else EXIT_CONFIG
     if args.check_config:
         print(f"netio-daemon: configuration OK ({args.config or 'defaults'})")
         return EXIT_OK

@@ -5,11 +5,12 @@ Lists every GID of every RDMA device with the reason it was taken or rejected
 down, MTU), the kernel's route to PEER, and whether pyverbs (the verbs backend) can be
 imported. The same choice is what ``netio.open("verbs")`` makes.
 
-Exit codes: 0 a usable GID exists and pyverbs imports (the verbs backend will work);
-2 usage error (bad arguments, PEER does not resolve); 3 the kernel has no RDMA device
-(use the soft backend, or create an rxe device: the hint says how); 4 RDMA devices
-exist but every GID was rejected (the reasons say why); 5 a usable GID exists but
-pyverbs cannot be imported (apt-get install python3-pyverbs; make install).
+Exit codes (netio's one table, ``netio --help``): 0 a usable GID exists and pyverbs
+imports (the verbs backend will work); 1 found a problem: the kernel has no RDMA device
+(use the soft backend, or create an rxe device: the hint says how), or every GID was
+rejected (the reasons say why), or a GID is usable but pyverbs cannot be imported
+(apt-get install python3-pyverbs; make install) — the verdict line and ``--json``'s
+``verdict`` say which; 2 usage error (bad arguments, PEER does not resolve).
 """
 
 from __future__ import annotations
@@ -24,13 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from netio.backends.gid import Route, RouteLookup, kernel_route, no_device_hint
+from netio.cli.exit_codes import ExitCode
 from netio.errors import BackendUnavailable
 
-EXIT_OK = 0
-EXIT_USAGE = 2
-EXIT_NO_DEVICE = 3
-EXIT_ALL_REJECTED = 4
-EXIT_NO_PYVERBS = 5
+EXIT_OK = ExitCode.OK
+EXIT_USAGE = ExitCode.USAGE
+# Each "not usable" outcome is the one thing doctor alerts on: ExitCode.FOUND.
+EXIT_NO_DEVICE = ExitCode.FOUND
+EXIT_ALL_REJECTED = ExitCode.FOUND
+EXIT_NO_PYVERBS = ExitCode.FOUND
 
 
 def register(subparsers: Any) -> None:

@@ -9,7 +9,7 @@ SYSTEM, MODEL and EXECUTION are JSON or TOML files or preset names (``netio-mode
 presets`` lists them). The text output is a table; ``--json`` prints one document with
 units in its keys.
 
-Exit codes:
+Exit codes (netio's one table, see netio --help):
   0  done (train: the layout fits and runs)
   1  train: the layout is infeasible (the output says which term and by how much)
   2  usage error (bad option or value)
@@ -28,17 +28,19 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from netio.cli import model_commands
+from netio.cli.exit_codes import ExitCode
 from netio.errors import ModelInputError
 from netio.model.collectives import Collective, collective
 from netio.model.plot import plot_breakdown
 from netio.model.schema import load_execution, load_model, load_system, preset_names
 from netio.model.training import train
 
-EXIT_OK = 0
-EXIT_INFEASIBLE = 1
-EXIT_USAGE = 2
-EXIT_INPUT = 3
-EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
+# netio's one exit-code table (netio.cli.exit_codes): "found" is an infeasible layout.
+EXIT_OK = ExitCode.OK
+EXIT_INFEASIBLE = ExitCode.FOUND
+EXIT_USAGE = ExitCode.USAGE
+EXIT_INPUT = ExitCode.UNREADABLE
+EXIT_BROKEN_PIPE = ExitCode.BROKEN_PIPE
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?$", re.IGNORECASE)

@@ -16,8 +16,8 @@ message) and every wait for a completion is bounded by ``--timeout``; a
 failed completion says why when netio knows (a path-MTU mismatch names both
 MTUs).
 
-Exit codes: 0 done; 1 the test failed (no server, a failed completion, a
-timeout, a --chk mismatch); 2 bad arguments; 130 interrupted (Ctrl-C); 141
+Exit codes (netio's one table, ``netio --help``): 0 done; 4 the test failed (no server,
+a failed completion, a timeout, a --chk mismatch); 2 bad arguments; 130 interrupted (Ctrl-C); 141
 the reader of the output went away (``| head``), quietly, as for a tool
 killed by SIGPIPE.
 """

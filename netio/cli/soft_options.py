@@ -15,6 +15,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from netio.backends.soft import RxMode
+from netio.cli.exit_codes import ExitCode
 from netio.errors import DriverSocketError, ExchangeError, IoError
 from netio.interop.backend import TOOL_BACKENDS
 from netio.roce import LinkFaults
@@ -124,11 +125,12 @@ def standalone_main(prog: str, description: str | None,
     return code
 
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
-EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
+# netio's one exit-code table (netio.cli.exit_codes)
+EXIT_OK = ExitCode.OK
+EXIT_FAILED = ExitCode.FAILED
+EXIT_USAGE = ExitCode.USAGE
+EXIT_INTERRUPTED = ExitCode.INTERRUPTED
+EXIT_BROKEN_PIPE = ExitCode.BROKEN_PIPE  # 128 + SIGPIPE
 
 ResultT = TypeVar("ResultT")
 

@@ -6,9 +6,10 @@ cap (``duration_s``, then SIGINT so tcpdump flushes), a rotating ring of
 ``ring_files`` files of ``file_bytes`` each (tcpdump ``-C``/``-W``), and
 ``max_total_bytes`` for the whole directory (oldest captures go first).
 
-Each ring file is passed to ``netio-analyze FILE --json`` (as a subprocess of
-this interpreter, so a crash in the analyser cannot take the daemon down); its
-JSON report is kept next to the capture as ``FILE.report.json``.  When the
+Each ring file is analysed by the ``netio.analyze`` library in a child process
+of this interpreter (:mod:`netio.daemon.capture_analysis`, so a crash in the
+analyser cannot take the daemon down); its JSON report (the document of
+``netio-analyze --json``) is kept next to the capture as ``FILE.report.json``.  When the
 analyser is missing or fails, the record says why.  Records are logged as one
 line each and served at ``/api/captures``.
 """
@@ -31,6 +32,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from netio.daemon import eventlog
+from netio.daemon.capture_analysis import LIBRARY
 from netio.daemon.config import CaptureSection
 from netio.telemetry import metrics as m
 from netio.telemetry.sample import Sample
@@ -38,12 +40,6 @@ from netio.telemetry.sample import Sample
 MAX_RECORDS = 200
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
-_ANALYZE_SNIPPET = (
-    "import sys\n"
-    "from netio.cli.analyze import main\n"
-    "sys.argv = ['netio-analyze', *sys.argv[1:]]\n"
-    "sys.exit(main())\n"
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,12 +88,12 @@ def _summary(doc: Any) -> str:
 
 
 def analyzer_available() -> str | None:
-    """None when ``netio.cli.analyze`` is importable, else the reason it is not."""
+    """None when the analysis library is importable, else the reason it is not."""
     try:
-        spec = importlib.util.find_spec("netio.cli.analyze")
+        spec = importlib.util.find_spec(LIBRARY)
     except (ImportError, ValueError) as e:
-        return f"netio.cli.analyze cannot be found: {e}"
-    return None if spec is not None else "netio.cli.analyze is not installed"
+        return f"{LIBRARY} cannot be found: {e}"
+    return None if spec is not None else f"{LIBRARY} is not installed"
 
 
 class CaptureManager:
@@ -277,7 +273,7 @@ class CaptureManager:
         if why is not None:
             return AnalysisResult(path, None, None, why)
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", _ANALYZE_SNIPPET, path, "--json",
+            sys.executable, "-m", "netio.daemon.capture_analysis", path,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         self._procs.add(proc)
         try:
@@ -286,17 +282,17 @@ class CaptureManager:
             proc.kill()
             await proc.wait()
             limit = self.config.analyzer_timeout_s
-            return AnalysisResult(path, None, None, f"netio-analyze timed out after {limit:g} s")
+            return AnalysisResult(path, None, None, f"analysis timed out after {limit:g} s")
         finally:
             self._procs.discard(proc)
         if proc.returncode != 0:
             tail = err.decode(errors="replace").strip().splitlines()
-            return AnalysisResult(path, None, None, f"netio-analyze exit {proc.returncode}: "
+            return AnalysisResult(path, None, None, f"analysis exit {proc.returncode}: "
                                   f"{tail[-1] if tail else 'no message'}")
         try:
             doc = json.loads(out)
         except ValueError as e:
-            return AnalysisResult(path, None, None, f"netio-analyze printed no JSON: {e}")
+            return AnalysisResult(path, None, None, f"analysis printed no JSON: {e}")
         report = path + ".report.json"
         with open(report, "wb") as f:
             f.write(out)

@@ -17,7 +17,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from netio.errors import ConfigError
+from netio.telemetry.dcb import DcbConfig
+from netio.telemetry.ethtool import EthtoolConfig
+from netio.telemetry.metrics import COLLECTED_SPECS
+from netio.telemetry.netdev import NetdevConfig
+from netio.telemetry.rdma import RdmaConfig
+from netio.telemetry.rdma_qp import RdmaQpConfig
 from netio.telemetry.selection import Selection
+from netio.telemetry.snmp import SnmpTarget
+
+# Each collector owns its section's type (netio.telemetry.*); this module reads
+# the file into them.
+NetdevSection = NetdevConfig
+EthtoolSection = EthtoolConfig
+RdmaSection = RdmaConfig
+DcbSection = DcbConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,60 +41,9 @@ class DaemonSection:
     sysfs_root: str = "/sys"
     log_format: str = "json"
     hostname: str | None = None
+    # A run of any collector that has not returned after this long is a
+    # "timeout" fault; until it returns, its next runs are "hung" faults.
     collector_timeout_s: float = 5.0
-
-
-@dataclass(frozen=True, slots=True)
-class NetdevSection:
-    enabled: bool = True
-    interval_s: float = 1.0
-    source: str = "auto"  # auto (netlink on a live /sys, else sysfs) | netlink | sysfs
-    devices: Selection = field(default_factory=Selection)
-    # sysfs source: None keeps the files open between polls only on a real sysfs mount
-    keep_files_open: bool | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class EthtoolSection:
-    enabled: bool = True
-    interval_s: float = 1.0
-    source: str = "auto"  # auto (ioctl when sysfs_root is /sys, else off) | ioctl | text
-    text_dir: str | None = None
-    devices: Selection = field(default_factory=Selection)
-    stats: Selection = field(default_factory=Selection)
-    passthrough_unknown: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class RdmaSection:
-    enabled: bool = True
-    interval_s: float = 1.0
-    devices: Selection = field(default_factory=Selection)
-    passthrough_unknown: bool = False
-    # None: keep counter files open between polls only on a real sysfs mount
-    keep_files_open: bool | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class DcbSection:
-    enabled: bool = True
-    interval_s: float = 5.0
-    devices: Selection = field(default_factory=Selection)
-
-
-@dataclass(frozen=True, slots=True)
-class SnmpTarget:
-    name: str
-    host: str
-    port: int = 161
-    community: str = "public"
-    interval_s: float = 10.0
-    timeout_s: float = 1.0
-    retries: int = 1
-    backoff_max_s: float = 300.0
-    interfaces: Selection = field(default_factory=Selection)
-    pfc_priority_requests_oid: str | None = None
-    pfc_priority_indications_oid: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +103,7 @@ class Config:
     watchdog: WatchdogSection = field(default_factory=WatchdogSection)
     capture: CaptureSection = field(default_factory=CaptureSection)
     alarms: tuple[Alarm, ...] = ()
+    rdma_qp: RdmaQpConfig = field(default_factory=RdmaQpConfig)
 
 
 class _Table:
@@ -231,6 +195,10 @@ class _Table:
             raise ConfigError(self._key(unknown[0]), "unknown key")
 
 
+# What an alarm can watch: the metrics collectors produce (derived gauges are
+# computed when a snapshot is read, after alarms are checked).
+_METRIC_NAMES = frozenset(spec.name for spec in COLLECTED_SPECS)
+
 _HOSTNAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?")
 
 
@@ -313,6 +281,11 @@ def parse_config(data: dict[str, Any]) -> Config:
     t = cols.table("dcb")
     dcb = DcbSection(t.bool_("enabled", True), t.num("interval_s", 5.0), t.selection("devices"))
     t.done()
+    t = cols.table("rdma_qp")
+    rdma_qp = RdmaQpConfig(t.bool_("enabled", True), t.num("interval_s", 1.0),
+                           t.int_("top_n", 20, minimum=0, maximum=10000),
+                           t.selection("devices"))
+    t.done()
     cols.done()
 
     targets: list[SnmpTarget] = []
@@ -385,11 +358,15 @@ def parse_config(data: dict[str, Any]) -> Config:
                       t.str_("interface_label", "device"), t.bool_("capture", True))
             if (a.rate_above is None) == (a.value_above is None):
                 raise ConfigError(f"alarm[{i}]", "needs exactly one of rate_above, value_above")
+            if a.metric not in _METRIC_NAMES:
+                raise ConfigError(f"alarm[{i}].metric",
+                                  f"no metric {a.metric!r}; known metrics: "
+                                  f"{', '.join(sorted(_METRIC_NAMES))}")
             t.done()
             alarms.append(a)
     root.done()
     return Config(daemon, netdev, ethtool, rdma, dcb, tuple(targets), watchdog, capture,
-                  tuple(alarms))
+                  tuple(alarms), rdma_qp)
 
 
 def load_config(path: str) -> Config:

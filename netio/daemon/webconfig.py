@@ -11,13 +11,12 @@ Accepted keys (https://github.com/prometheus/exporter-toolkit/blob/master/docs/w
       prometheus: $2y$10$...                   # bcrypt hash (htpasswd -B)
 
 Other toolkit keys (http_server_config, cipher_suites, ...) are rejected with a
-clear error rather than silently ignored.
+clear error rather than silently ignored.  The hashes are checked by
+:class:`netio.daemon.auth.BasicAuth`.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import re
 import ssl
 from dataclasses import dataclass, field
@@ -39,46 +38,6 @@ class WebConfig:
     @property
     def auth_required(self) -> bool:
         return bool(self.users)
-
-
-class BasicAuth:
-    """Checks ``Authorization: Basic`` headers; bcrypt is slow on purpose, so a
-    verified (user, password) is remembered by its SHA-256 (as the toolkit does)."""
-
-    def __init__(self, users: dict[str, bytes]) -> None:
-        self.users = users
-        self._ok: set[bytes] = set()
-
-    def check(self, header: str | None) -> bool:
-        if not self.users:
-            return True
-        if header is None or not header.startswith("Basic "):
-            return False
-        try:
-            raw = base64.b64decode(header[6:].strip(), validate=True)
-        except ValueError:
-            return False
-        user_b, sep, pw = raw.partition(b":")
-        if not sep:
-            return False
-        user = user_b.decode("utf-8", "replace")
-        hashed = self.users.get(user)
-        if hashed is None:
-            return False
-        digest = hashlib.sha256(user_b + b"\0" + pw + b"\0" + hashed).digest()
-        if digest in self._ok:
-            return True
-        import bcrypt
-
-        # bcrypt accepts $2y$ (htpasswd) hashes as $2b$.
-        try:
-            good = bcrypt.checkpw(pw, b"$2b$" + hashed[4:] if hashed.startswith(b"$2y$")
-                                  else hashed)
-        except ValueError:
-            return False
-        if good:
-            self._ok.add(digest)
-        return bool(good)
 
 
 def _yaml_problem(e: Exception) -> str:

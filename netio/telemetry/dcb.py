@@ -15,7 +15,7 @@ import os
 import socket
 import struct
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from netio.errors import DcbError
@@ -41,6 +41,16 @@ _NLATTR = struct.Struct("=HH")
 # struct ieee_pfc: u8 pfc_cap, u8 pfc_en, u8 mbc, (pad), u16 delay, (pad to 8),
 # u64 requests[8], u64 indications[8]  -> 136 bytes
 _IEEE_PFC = struct.Struct("=BBBxH2x8Q8Q")
+
+
+@dataclass(frozen=True, slots=True)
+class DcbConfig:
+    """The ``[collectors.dcb]`` section (read only on a live host: a fixture
+    tree has no kernel to ask)."""
+
+    enabled: bool = True
+    interval_s: float = 5.0
+    devices: Selection = field(default_factory=Selection)
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,3 +213,7 @@ class DcbCollector:
                                       float(pfc.indications[prio])))
         return Collection(self.name, tuple(samples), tuple(faults), time.time_ns(),
                           time.perf_counter() - t0, tuple(seen))
+
+
+def build_collector(cfg: DcbConfig, sysfs_root: str) -> DcbCollector:
+    return DcbCollector(NetlinkDcbClient(sysfs_root), devices=cfg.devices)

@@ -20,6 +20,7 @@ from netio.telemetry.profile import (
     InterfaceProfile,
     PriorityPause,
     RdmaPortProfile,
+    RdmaQpProfile,
     SwitchInterfaceProfile,
 )
 from netio.telemetry.rates import CounterRates
@@ -34,6 +35,24 @@ RATE_SPECS = frozenset(s.name for s in (
 # Requester events that make the HCA resend (IBTA vol. 1, 9.7.5.1 and 9.9.2).
 RETRANSMIT_EVENTS = frozenset({"local_ack_timeout", "nak_sequence_error_received",
                                "implied_nak_sequence_error", "rnr_nak_received"})
+# rxe counts every timeout- or NAK-driven retry in completer_retry_err, so where a
+# port has it, it replaces the NAK-sequence and ACK-timeout counts.
+RXE_RETRANSMIT_EVENTS = (RETRANSMIT_EVENTS - {"nak_sequence_error_received",
+                                              "local_ack_timeout"}) | {"completer_retry"}
+
+
+def retransmit_kinds(events: frozenset[str] | set[str]) -> frozenset[str]:
+    """Which ``netio_rdma_transport_events_total`` events count as retransmissions
+    on a port that reports ``events``.  The one definition: the rate gauge, the
+    ``netio_rdma_retransmission_events_total`` counter (which the alert rules
+    use) and the profile all take it from here."""
+    return RXE_RETRANSMIT_EVENTS if "completer_retry" in events else RETRANSMIT_EVENTS
+
+
+def retransmission_events(events: Mapping[str, float]) -> float:
+    """The sum of the retransmission events in ``events`` (event -> count or rate)."""
+    kinds = retransmit_kinds(set(events))
+    return sum(v for k, v in events.items() if k in kinds)
 
 # 802.1Qbb: a PFC frame pauses for at most 65535 quanta of 512 bit times.
 MAX_PAUSE_BITS = 65535 * 512
@@ -88,6 +107,11 @@ class Derivation:
         history.forget_except(keep)
         self.rates[col.collector] = out  # replaced, never changed: snapshots share it
         return out
+
+    def forget_except(self, collectors: set[str] | frozenset[str]) -> None:
+        """Drop the history and rates of collectors no longer configured."""
+        self._history = {k: v for k, v in self._history.items() if k in collectors}
+        self.rates = {k: v for k, v in self.rates.items() if k in collectors}
 
     def snapshot(self) -> RatesSnapshot:
         """The rates as they are now, unaffected by later ingests."""
@@ -215,6 +239,11 @@ def build(collections: Mapping[str, Collection], derivation: Rates,
         extra = labels[2] if len(labels) > 2 else ""
         rates_by_port[(labels[0], labels[1])][f"{name}:{extra}"] = v
     port_rates = _values(rdma, m.RDMA_PORT_RATE.name)
+    counts: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+    for labels, v in _values(rdma, m.RDMA_TRANSPORT.name).items():
+        counts[(labels[0], labels[1])][labels[2]] = v
+    for (dev, port), events in sorted(counts.items()):
+        samples.append(Sample(m.RETRANSMISSIONS, (dev, port), retransmission_events(events)))
     all_ports = {(k[0], k[1]) for k in port_rates} | set(rates_by_port)
     for dev, port in sorted(all_ports):
         pr = rates_by_port.get((dev, port), {})
@@ -228,12 +257,7 @@ def build(collections: Mapping[str, Collection], derivation: Rates,
             samples.append(Sample(m.CNP_RATE, (dev, port), cnp))
         retrans: float | None = None
         if ev:
-            kinds = set(RETRANSMIT_EVENTS)
-            if "completer_retry" in ev:
-                # rxe counts every timeout- or NAK-driven retry in completer_retry_err.
-                kinds = (kinds - {"nak_sequence_error_received", "local_ack_timeout"}) | {
-                    "completer_retry"}
-            retrans = sum(v for k, v in ev.items() if k in kinds)
+            retrans = retransmission_events(ev)
             samples.append(Sample(m.RETRANS_RATE, (dev, port), retrans))
         cap = port_rates.get((dev, port))
         ports.append(RdmaPortProfile(
@@ -264,5 +288,30 @@ def build(collections: Mapping[str, Collection], derivation: Rates,
 
     active = tuple(ActiveStorm(d, di, p, since) for (d, di, p), since in sorted(storms.items()))
     profile = FabricProfile(SCHEMA_VERSION, host, now_unix_s, tuple(interfaces), tuple(ports),
-                            tuple(switches), active)
+                            tuple(switches), active, _qps(collections.get("rdma_qp")))
     return samples, profile
+
+
+def _opt_int(text: str) -> int | None:
+    return int(text) if text.isdigit() else None
+
+
+def _qps(col: Collection | None) -> tuple[RdmaQpProfile, ...]:
+    """The profile's QPs from the per-QP collection (its top-N series)."""
+    if col is None:
+        return ()
+    psn = _values(col, m.RDMA_QP_PSN.name)
+    rate = _values(col, m.RDMA_QP_PSN_RATE.name)
+    counters: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+    for (dev, qpn, name), v in _values(col, m.RDMA_QP_COUNTER.name).items():
+        counters[(dev, qpn)][name] = v
+    out = []
+    for labels in _values(col, m.RDMA_QP_INFO.name):
+        dev, qpn, port, qtype, state, peer, local, remote, owner = labels
+        sq, rq = psn.get((dev, qpn, "sq")), psn.get((dev, qpn, "rq"))
+        out.append(RdmaQpProfile(
+            dev, int(qpn), _opt_int(port), qtype, state, _opt_int(peer), local or None,
+            remote or None, None if sq is None else int(sq), None if rq is None else int(rq),
+            rate.get((dev, qpn, "sq")), rate.get((dev, qpn, "rq")), owner,
+            counters.get((dev, qpn), {})))
+    return tuple(out)

@@ -5,6 +5,11 @@ Vendors bake priority and direction into names (mlx5 ``rx_prio3_pause``, bnxt
 turns them into one metric with ``direction`` and ``priority`` labels.  Units
 follow the vendor documentation: mlx5 ``*_prioN_pause_duration`` is in
 microseconds ("Understanding mlx5 ethtool Counters") and becomes seconds.
+
+:class:`PfcCounterCollector` reads only the per-priority PFC counters (pause
+frames, pause duration, per-priority packets) that the storm watchdog needs,
+at the watchdog's rate, and only on interfaces that have them; everything else
+is read by :class:`EthtoolCollector` at its own, slower, interval.
 """
 
 from __future__ import annotations
@@ -12,13 +17,26 @@ from __future__ import annotations
 import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from netio.errors import EthtoolUnsupported
 from netio.telemetry import metrics as m
 from netio.telemetry.sample import Collection, Fault, MetricSpec, Sample
 from netio.telemetry.selection import ALL, Selection
+
+
+@dataclass(frozen=True, slots=True)
+class EthtoolConfig:
+    """The ``[collectors.ethtool]`` section."""
+
+    enabled: bool = True
+    interval_s: float = 1.0
+    source: str = "auto"  # auto (ioctl when sysfs_root is /sys, else text or off) | ioctl | text
+    text_dir: str | None = None
+    devices: Selection = field(default_factory=Selection)
+    stats: Selection = field(default_factory=Selection)
+    passthrough_unknown: bool = False
 
 
 class EthtoolSource(Protocol):
@@ -234,3 +252,128 @@ class EthtoolCollector:
         self._previous = frozenset(seen)
         return Collection(self.name, tuple(samples), tuple(faults), time.time_ns(),
                           time.perf_counter() - t0, tuple(seen))
+
+
+# What the storm watchdog reads (netio.telemetry.derived.watch_inputs).
+WATCHED_METRICS = frozenset((m.PFC_PAUSE_FRAMES.name, m.PFC_PAUSE_DURATION.name,
+                             m.NIC_PRIO_PACKETS.name))
+# Interfaces are listed again (and which of their statistics are watched) this often.
+WATCH_RESCAN_S = 10.0
+
+
+class PfcCounterCollector:
+    """The per-priority PFC counters alone, for the storm watchdog's fast poll.
+
+    Every ``rescan_s`` it reads all selected interfaces and remembers which of
+    their statistics map onto :data:`WATCHED_METRICS`; in between it reads only
+    the interfaces that have any, and yields only those series.  A host without
+    PFC counters (a virtual NIC) is polled only at each rescan (:meth:`idle_s`).
+    """
+
+    name = "pfcwd"
+
+    def __init__(self, source: EthtoolSource, *, interfaces: Selection = ALL,
+                 stats: Selection = ALL, rescan_s: float = WATCH_RESCAN_S) -> None:
+        self.source = source
+        self.interfaces = interfaces
+        self.stats = stats
+        self.rescan_s = rescan_s
+        # interface -> statistic name -> (metric, labels, scale)
+        self._watched: dict[str, dict[str, tuple[MetricSpec, tuple[str, ...], float]]] = {}
+        self._next_scan_mono = 0.0
+
+    def idle_s(self) -> float:
+        """How long the scheduler may wait beyond its interval: while no interface
+        has PFC counters there is nothing to read until the next rescan."""
+        if self._watched:
+            return 0.0
+        return max(0.0, self._next_scan_mono - time.monotonic())
+
+    def _plan(self, ifname: str, names: list[str]
+              ) -> dict[str, tuple[MetricSpec, tuple[str, ...], float]]:
+        plan: dict[str, tuple[MetricSpec, tuple[str, ...], float]] = {}
+        for stat in names:
+            if not self.stats(stat):
+                continue
+            mapped = normalise(stat)
+            if mapped is not None and mapped.spec.name in WATCHED_METRICS:
+                plan.setdefault(stat, (mapped.spec, (ifname, *mapped.labels), mapped.scale))
+        return plan
+
+    def close(self) -> None:
+        close = getattr(self.source, "close", None)
+        if close is not None:
+            close()
+
+    def collect(self) -> Collection:
+        t0 = time.perf_counter()
+        now = time.monotonic()
+        rescan = now >= self._next_scan_mono
+        if rescan:
+            self._next_scan_mono = now + self.rescan_s
+            names = [i for i in self.source.interfaces() if self.interfaces(i)]
+        else:
+            names = list(self._watched)
+        samples: list[Sample] = []
+        faults: list[Fault] = []
+        for ifname in names:
+            try:
+                stats = self.source.statistics(ifname)
+            except EthtoolUnsupported:
+                self._watched.pop(ifname, None)
+                continue
+            except (OSError, ValueError) as e:
+                kind = "vanished" if isinstance(e, FileNotFoundError) else "unreadable"
+                faults.append(Fault(self.name, kind, ifname, str(e) or type(e).__name__))
+                self._watched.pop(ifname, None)
+                self._next_scan_mono = 0.0  # look again on the next poll
+                continue
+            plan = self._watched.get(ifname)
+            if rescan or plan is None:
+                plan = self._plan(ifname, [s for s, _v in stats])
+                if not plan:
+                    self._watched.pop(ifname, None)
+                    continue
+                self._watched[ifname] = plan
+            for stat, value in stats:
+                entry = plan.get(stat)
+                if entry is not None:
+                    samples.append(Sample(entry[0], entry[1], value * entry[2]))
+        if rescan:
+            self._watched = {k: v for k, v in self._watched.items() if k in names}
+        return Collection(self.name, tuple(samples), tuple(faults), time.time_ns(),
+                          time.perf_counter() - t0, tuple(self._watched))
+
+
+def source_kind(cfg: EthtoolConfig, live: bool) -> str:
+    """``ioctl``, ``text`` or ``off`` (auto on a fixture tree without a text directory:
+    there is no kernel behind it to ask by ioctl)."""
+    if cfg.source != "auto":
+        return cfg.source
+    return "ioctl" if live else "text" if cfg.text_dir else "off"
+
+
+def build_source(cfg: EthtoolConfig, sysfs_root: str, live: bool) -> EthtoolSource | None:
+    kind = source_kind(cfg, live)
+    if kind == "off":
+        return None
+    return IoctlEthtoolSource(sysfs_root) if kind == "ioctl" \
+        else EthtoolTextSource(cfg.text_dir or "")
+
+
+def build_collector(cfg: EthtoolConfig, sysfs_root: str, live: bool) -> EthtoolCollector | None:
+    src = build_source(cfg, sysfs_root, live)
+    if src is None:
+        return None
+    return EthtoolCollector(src, interfaces=cfg.devices, stats=cfg.stats,
+                            passthrough_unknown=cfg.passthrough_unknown)
+
+
+def build_watch_collector(cfg: EthtoolConfig, sysfs_root: str, live: bool
+                          ) -> PfcCounterCollector | None:
+    """Its own source (own ioctl handles: it runs in another thread than the
+    full collector)."""
+    src = build_source(cfg, sysfs_root, live)
+    if src is None:
+        return None
+    return PfcCounterCollector(src, interfaces=cfg.devices, stats=cfg.stats)

@@ -165,6 +165,30 @@ SW_BACKOFF = MetricSpec("netio_switch_backoff_seconds", G,
                         "Current back-off before the next poll of a failing target.",
                         ("target",))
 
+# --- per-QP RDMA (RDMA netlink; only the top-N most active QPs have series of their own) --
+RDMA_QPS = MetricSpec("netio_rdma_qps", G, "QPs by type and state (all of them).",
+                      ("device", "type", "state"))
+RDMA_QP_INFO = MetricSpec(
+    "netio_rdma_qp_info", G,
+    "Always 1: one of the most active QPs, its port, type, state, peer QPN, rdma_cm "
+    "addresses (empty when not known) and owner.",
+    ("device", "qpn", "port", "type", "state", "peer_qpn", "local_address", "peer_address",
+     "owner"))
+RDMA_QP_PSN = MetricSpec("netio_rdma_qp_psn", G,
+                         "Next packet sequence number of the QP's send (sq) or receive (rq) "
+                         "queue.", ("device", "qpn", "queue"))
+RDMA_QP_PSN_RATE = MetricSpec(
+    "netio_rdma_qp_psn_advance_per_second", G,
+    "PSN advance per second over the last interval: packets the queue sent (sq) or "
+    "expected-and-received (rq).", ("device", "qpn", "queue"))
+RDMA_QP_COUNTER = MetricSpec("netio_rdma_qp_counter_total", C,
+                             "Driver counters bound to the QP (rdma statistic qp).",
+                             ("device", "qpn", "counter"))
+
+# Everything above is read by a collector: what an alarm may watch.
+COLLECTED_SPECS: tuple[MetricSpec, ...] = tuple(
+    v for v in list(globals().values()) if isinstance(v, MetricSpec))
+
 # --- derived signals -----------------------------------------------------------------------------
 PAUSE_RATIO = MetricSpec(
     "netio_pfc_paused_ratio", G,
@@ -176,6 +200,11 @@ CNP_RATE = MetricSpec("netio_rdma_cnp_packets_per_second", G,
 RETRANS_RATE = MetricSpec(
     "netio_rdma_retransmission_events_per_second", G,
     "Retransmission-triggering events per second over the last interval.",
+    ("device", "port"))
+RETRANSMISSIONS = MetricSpec(
+    "netio_rdma_retransmission_events_total", C,
+    "Retransmission-triggering events (the sum of the driver counters that "
+    "netio.telemetry.derived.retransmission_events picks, so none is counted twice).",
     ("device", "port"))
 UTILISATION = MetricSpec("netio_link_utilisation_ratio", G,
                          "max(rx, tx) bytes per second over link speed (0..1).", ("device",))

@@ -1,26 +1,43 @@
 """Network interface statistics, link state, speed and MTU.
 
-The sysfs source (the default) reads ``class/net/<if>/statistics/*``, which the
-kernel fills from the same ``rtnl_link_stats64`` as ``IFLA_STATS64``, through
-descriptors kept open on a live host: about 0.1 ms per interface and poll,
-where decoding an rtnetlink dump with pyroute2 costs about 0.5 ms.  The netlink
+Two sources, chosen by :class:`NetdevConfig` ``source``: ``auto`` (the default)
+is the netlink source on a live host (``sysfs_root`` is ``/sys``) and the sysfs
+source on a fixture tree, which has no kernel behind it to ask.  The netlink
 source (``RTM_GETLINK``, one dump for all interfaces, counters read together)
-is there on request.  Speed is in neither stats set: it comes from
+needs no file per counter.  The sysfs source reads ``class/net/<if>/statistics/*``,
+which the kernel fills from the same ``rtnl_link_stats64`` as ``IFLA_STATS64``,
+through descriptors kept open on a live host: about 0.1 ms per interface and
+poll, where decoding an rtnetlink dump with pyroute2 costs about 0.5 ms, so it
+is also selectable live.  Speed is in neither stats set: it comes from
 ``class/net/<if>/speed`` (Mb/s, -1 when unknown).
 """
 
 from __future__ import annotations
 
 import os
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from netio.telemetry import metrics as m
+from netio.telemetry import netlink as nl
 from netio.telemetry.sample import Collection, Fault, Sample
 from netio.telemetry.selection import ALL, Selection
 from netio.telemetry.sysfs import AttrReader, ReadFault, is_sysfs, list_dir, read_attr
+
+
+@dataclass(frozen=True, slots=True)
+class NetdevConfig:
+    """The ``[collectors.netdev]`` section."""
+
+    enabled: bool = True
+    interval_s: float = 1.0
+    source: str = "auto"  # auto (netlink on a live /sys, else sysfs) | netlink | sysfs
+    devices: Selection = field(default_factory=Selection)
+    # sysfs source: None keeps the files open between polls only on a real sysfs mount
+    keep_files_open: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,52 +70,78 @@ def _parse_speed(text: str | ReadFault) -> int | None:
     return v if v > 0 else None
 
 
+# rtnetlink (linux/rtnetlink.h, linux/if_link.h)
+RTM_NEWLINK = 16
+RTM_GETLINK = 18
+IFLA_IFNAME = 3
+IFLA_MTU = 4
+IFLA_STATS64 = 23
+IFLA_OPERSTATE = 16
+IFLA_CARRIER = 33
+IFLA_CARRIER_CHANGES = 35
+IF_OPER_UNKNOWN = 0
+IF_OPER_UP = 6
+_IFINFOMSG = struct.Struct("=BxHiII")  # family, type, index, flags, change
+# struct rtnl_link_stats64: the fields the collector exports, by position (u64 each).
+_STATS64_FIELDS = ("rx_packets", "tx_packets", "rx_bytes", "tx_bytes", "rx_errors",
+                   "tx_errors", "rx_dropped", "tx_dropped")
+_STATS64_HEAD = struct.Struct("=8Q")
+
+
+def parse_link(body: bytes) -> tuple[str, bool, int | None, int | None, dict[str, int]] | None:
+    """One RTM_NEWLINK message body: (name, operationally up, MTU, carrier
+    changes, stats64 counters), or None without a name."""
+    if len(body) < _IFINFOMSG.size:
+        return None
+    at = nl.attrs(body, _IFINFOMSG.size, len(body))
+    name = nl.string(body, at.get(IFLA_IFNAME))
+    if not name:
+        return None
+    oper = nl.u8(body, at.get(IFLA_OPERSTATE))
+    carrier = nl.u8(body, at.get(IFLA_CARRIER))
+    up = oper in (IF_OPER_UP, IF_OPER_UNKNOWN) and carrier != 0
+    stats: dict[str, int] = {}
+    span = at.get(IFLA_STATS64)
+    if span is not None and span[1] - span[0] >= _STATS64_HEAD.size:
+        stats = dict(zip(_STATS64_FIELDS, _STATS64_HEAD.unpack_from(body, span[0]),
+                         strict=True))
+    return (name, up, nl.u32(body, at.get(IFLA_MTU)),
+            nl.u32(body, at.get(IFLA_CARRIER_CHANGES)), stats)
+
+
 class NetlinkLinkSource:
-    """rtnetlink through pyroute2; ``ipr_factory`` is injectable for tests."""
+    """One rtnetlink ``RTM_GETLINK`` dump for all interfaces (``IFLA_STATS64``, read
+    together by the kernel), decoded with ``struct``: only the attributes used."""
 
     def __init__(self, sysfs_root: str = "/sys",
-                 ipr_factory: Callable[[], Any] | None = None) -> None:
+                 sock_factory: Callable[[], nl.NetlinkSocket] | None = None) -> None:
         self.sysfs_root = sysfs_root
-        if ipr_factory is None:
-            # Imported here, on the thread that builds the collectors: pyroute2's
-            # package imports are circular and fail when two collector threads
-            # import it for the first time at once.
-            from pyroute2 import IPRoute
-
-            ipr_factory = IPRoute
-        self._factory = ipr_factory
-        self._ipr: Any = None
-
-    def _handle(self) -> Any:
-        if self._ipr is None:
-            self._ipr = self._factory()
-        return self._ipr
+        self._factory = sock_factory or (lambda: nl.NetlinkSocket(0))
+        self._sock: nl.NetlinkSocket | None = None
 
     def links(self) -> tuple[list[LinkStats], list[tuple[str, str, str]]]:
+        if self._sock is None:
+            self._sock = self._factory()
         try:
-            msgs = self._handle().get_links()
+            msgs = self._sock.request(RTM_GETLINK, _IFINFOMSG.pack(0, 0, 0, 0, 0))
         except OSError as e:
             self.close()
             return [], [("unreadable", "rtnetlink", str(e))]
         out: list[LinkStats] = []
-        for msg in msgs:
-            name = msg.get_attr("IFLA_IFNAME")
-            stats = msg.get_attr("IFLA_STATS64") or {}
-            out.append(LinkStats(
-                ifname=name,
-                oper_up=msg.get_attr("IFLA_OPERSTATE") in ("UP", "UNKNOWN")
-                and bool(msg.get_attr("IFLA_CARRIER", 1)),
-                mtu_bytes=msg.get_attr("IFLA_MTU"),
-                speed_mbps=_speed(self.sysfs_root, name),
-                carrier_changes=msg.get_attr("IFLA_CARRIER_CHANGES"),
-                stats={k: int(v) for k, v in dict(stats).items()},
-            ))
+        for kind, body in msgs:
+            if kind != RTM_NEWLINK:
+                continue
+            parsed = parse_link(body)
+            if parsed is None:
+                continue
+            name, up, mtu, cc, stats = parsed
+            out.append(LinkStats(name, up, mtu, _speed(self.sysfs_root, name), cc, stats))
         return out, []
 
     def close(self) -> None:
-        if self._ipr is not None:
-            self._ipr.close()
-            self._ipr = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
 
 
 _STAT_FILES = ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets", "rx_errors", "tx_errors",
@@ -249,3 +292,13 @@ class NetdevCollector:
         self._previous = frozenset(seen)
         return Collection(self.name, tuple(samples), tuple(faults), time.time_ns(),
                           time.perf_counter() - t0, tuple(seen))
+
+
+def build_collector(cfg: NetdevConfig, sysfs_root: str, live: bool) -> NetdevCollector:
+    """The collector ``cfg`` asks for; ``live``: ``sysfs_root`` is the host's /sys."""
+    kind = cfg.source
+    if kind == "auto":
+        kind = "netlink" if live else "sysfs"
+    src: LinkSource = NetlinkLinkSource(sysfs_root) if kind == "netlink" \
+        else SysfsLinkSource(sysfs_root, keep_open=cfg.keep_files_open, devices=cfg.devices)
+    return NetdevCollector(src, devices=cfg.devices)

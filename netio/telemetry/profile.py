@@ -40,6 +40,15 @@ Fields:
   ``capacity_bps``, ``rx_bps``/``tx_bps``, ``utilisation_ratio`` (IF-MIB), and
   ``pfc_requests_per_s`` (pause frames the switch sent) and
   ``pfc_indications_per_s`` (received), all priorities together.
+* ``rdma_qps``: the most active QPs (``collectors.rdma_qp.top_n``, by PSN
+  advance), from RDMA netlink: ``device``, ``qpn``, ``port`` (null before the
+  QP has one), ``type`` (``RC``, ``UD``, ...), ``state`` (``RTS``, ...),
+  ``peer_qpn`` (connected QPs), ``local_address``/``peer_address`` (``ip:port``
+  of rdma_cm connections, else null), ``sq_psn``/``rq_psn`` (next PSNs),
+  ``sq_packets_per_s``/``rq_packets_per_s`` (their advance over the last
+  interval), ``owner`` (``pid N`` or the kernel user) and ``counters``
+  (driver counters bound to the QP, name -> value).  ``qpn`` and ``peer_qpn``
+  are the BTH destination QPs of ``netio-analyze`` flows in each direction.
 * ``storms``: the PFC storms active now (watchdog state): ``device``,
   ``direction`` (``rx``: this host is being paused; ``tx``: it pauses its
   peer), ``priority`` and ``since_unix_s``.
@@ -108,6 +117,24 @@ class SwitchInterfaceProfile:
 
 
 @dataclass(frozen=True, slots=True)
+class RdmaQpProfile:
+    device: str
+    qpn: int
+    port: int | None
+    type: str
+    state: str
+    peer_qpn: int | None
+    local_address: str | None
+    peer_address: str | None
+    sq_psn: int | None
+    rq_psn: int | None
+    sq_packets_per_s: float | None
+    rq_packets_per_s: float | None
+    owner: str
+    counters: dict[str, float]
+
+
+@dataclass(frozen=True, slots=True)
 class ActiveStorm:
     device: str
     direction: str
@@ -124,6 +151,7 @@ class FabricProfile:
     rdma_ports: tuple[RdmaPortProfile, ...]
     switch_interfaces: tuple[SwitchInterfaceProfile, ...]
     storms: tuple[ActiveStorm, ...]
+    rdma_qps: tuple[RdmaQpProfile, ...] = ()
 
 
 def to_json_dict(profile: FabricProfile) -> dict[str, Any]:

@@ -11,12 +11,24 @@ from __future__ import annotations
 import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from netio.telemetry import metrics as m
 from netio.telemetry.sample import Collection, Fault, MetricSpec, PlannedSamples, SeriesPlan
 from netio.telemetry.selection import ALL, Selection
 from netio.telemetry.sysfs import AttrReader, CounterReader, ReadFault, is_sysfs, list_dir
+
+
+@dataclass(frozen=True, slots=True)
+class RdmaConfig:
+    """The ``[collectors.rdma]`` section."""
+
+    enabled: bool = True
+    interval_s: float = 1.0
+    devices: Selection = field(default_factory=Selection)
+    passthrough_unknown: bool = False
+    # None: keep counter files open between polls only on a real sysfs mount
+    keep_files_open: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,3 +353,9 @@ class RdmaSysfsCollector:
         """Close the kept descriptors (the collector is being replaced)."""
         self._plans.clear()
         self.reader.close()
+
+
+def build_collector(cfg: RdmaConfig, sysfs_root: str) -> RdmaSysfsCollector:
+    return RdmaSysfsCollector(sysfs_root, devices=cfg.devices,
+                              passthrough_unknown=cfg.passthrough_unknown,
+                              keep_open=cfg.keep_files_open)

@@ -17,13 +17,31 @@ again after an exponential back-off (interval x 2^failures, capped at
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from netio.daemon.config import SnmpTarget
 from netio.errors import SnmpError
 from netio.telemetry import metrics as m
 from netio.telemetry.sample import Collection, Fault, MetricSpec, Sample
+from netio.telemetry.selection import Selection
+
+
+@dataclass(frozen=True, slots=True)
+class SnmpTarget:
+    """One ``[[snmp]]`` entry: a switch polled over SNMP v2c."""
+
+    name: str
+    host: str
+    port: int = 161
+    community: str = "public"
+    interval_s: float = 10.0
+    timeout_s: float = 1.0
+    retries: int = 1
+    backoff_max_s: float = 300.0
+    interfaces: Selection = field(default_factory=Selection)
+    pfc_priority_requests_oid: str | None = None
+    pfc_priority_indications_oid: str | None = None
+
 
 IF_NAME = "1.3.6.1.2.1.31.1.1.1.1"
 IF_OPER_STATUS = "1.3.6.1.2.1.2.2.1.8"

@@ -135,3 +135,39 @@ def test_unknown_endpoint_type_and_backend_option() -> None:
         ctx.endpoint("rd")
     with pytest.raises(netio.IoError, match=r"faults.*tcp backend"):
         netio.open("tcp", faults=None)
+
+
+def test_bad_gid_ends_in_retry_exceeded_naming_both_gids() -> None:
+    """A peer address whose GID nobody answers for (a loopback address no context
+    serves): every retry times out and the error names both GIDs and the settings."""
+    async def main() -> None:
+        a_ip, _ = soft_addresses()
+        async with netio.open("soft", local_addr=a_ip, ack_timeout=8, retry_count=2) as a:
+            ea = await a.endpoint("rc")
+            nowhere = netio.backends.base.QpAddress("rocev2", "::ffff:127.0.254.254", 0x99,
+                                                    0, 4096)
+            await ea.connect_to(nowhere)
+            remote = netio.RemoteRegion(0x1000, 0x1234, 64, "rocev2")
+            with pytest.raises(netio.RetryExceeded) as info:
+                await ea.write(a.register(bytearray(64)), remote.whole())
+            assert info.value.status == 12  # IBV_WC_RETRY_EXC_ERR
+            assert f"::ffff:{a_ip}" in info.value.hint
+            assert "::ffff:127.0.254.254" in info.value.hint and "retry_count 2" in info.value.hint
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_gid_type_and_family_mismatches_are_named() -> None:
+    from netio.api.context import gid_mismatch
+    from netio.backends.base import QpAddress
+
+    v2 = QpAddress("rocev2", "::ffff:10.0.0.1", 1, 0, 4096, 3, "RoCEv2")
+    v1 = QpAddress("rocev2", "fe80::1", 2, 0, 4096, 0, "RoCEv1")
+    v6 = QpAddress("rocev2", "fd00::2", 3, 0, 4096, 5, "RoCEv2")
+    assert gid_mismatch(v2, v2) == ""
+    assert gid_mismatch(v2, v1).startswith("GID type mismatch: the client's GID fe80::1 "
+                                           "(index 0) is RoCEv1")
+    assert gid_mismatch(v2, v6).startswith("address family mismatch: the client's GID "
+                                           "fd00::2 is IPv6")
+    tcp = QpAddress("tcp", "::", 1, 0, 4096, 0, "tcp")
+    assert gid_mismatch(tcp, tcp) == ""

@@ -233,15 +233,27 @@ def test_netdev_sysfs_snapshot(rxe_root: Path) -> None:
 
 
 def test_netdev_netlink_loopback() -> None:
+    """The rtnetlink dump, decoded with struct, against the kernel's sysfs view of
+    the same rtnl_link_stats64 read just before and just after."""
+    def sysfs(name: str) -> int:
+        with open(f"/sys/class/net/lo/statistics/{name}") as f:
+            return int(f.read())
+
+    names = ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets", "rx_errors", "rx_dropped")
+    before = {n: sysfs(n) for n in names}
     src = NetlinkLinkSource()
     col = NetdevCollector(src, devices=Selection(("lo",))).collect()
     src.close()
+    after = {n: sysfs(n) for n in names}
     v = values(col)
     assert col.sources == ("lo",)
-    assert v[(m.NET_MTU.name, ("lo",))] == 65536
-    with open("/sys/class/net/lo/statistics/rx_bytes") as f:
-        before = int(f.read())
-    assert v[(m.NET_BYTES.name, ("lo", "rx"))] <= before
+    assert v[(m.NET_MTU.name, ("lo",))] == int(Path("/sys/class/net/lo/mtu").read_text())
+    assert v[(m.NET_UP.name, ("lo",))] == 1  # operstate UNKNOWN with carrier, as iproute2
+    for spec, name in ((m.NET_BYTES, "bytes"), (m.NET_PACKETS, "packets"),
+                       (m.NET_ERRORS, "errors"), (m.NET_DROPPED, "dropped")):
+        for d in ("rx", "tx") if name in ("bytes", "packets") else ("rx",):
+            got = v[(spec.name, ("lo", d))]
+            assert before[f"{d}_{name}"] <= got <= after[f"{d}_{name}"], (spec.name, d)
 
 
 # ---- DCB -------------------------------------------------------------------------------------

@@ -72,7 +72,7 @@ def test_daemon_refuses_to_start_with_a_bad_file(tmp_path: Path) -> None:
     p.write_text("[collectors.rdma]\ninterval_s = 0\n")
     r = subprocess.run([sys.executable, "-m", "netio.cli.daemon", "--config", str(p)],
                        capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2
+    assert r.returncode == 3  # ExitCode.UNREADABLE: the file cannot be used
     assert "collectors.rdma.interval_s: must be > 0" in r.stderr
     assert "Traceback" not in r.stderr
     r = subprocess.run([sys.executable, "-m", "netio.cli.daemon", "--check-config",

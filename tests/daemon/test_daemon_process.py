@@ -64,6 +64,10 @@ interval_s = 0.2
                 break
             time.sleep(0.1)
         assert "rdma" not in doc["collectors"]
+        # a removed collector's series are gone, not frozen
+        v = parse_exposition(http_get(port, "/metrics")[2].decode())
+        assert not [k for k in v if dict(k[1]).get("collector") == "rdma"
+                    or k[0].startswith("netio_rdma_")], sorted(k for k in v if "rdma" in str(k))
         # bad reload: the running configuration stays, the failure is counted and logged
         write(True, "[watchdog]\ndetection_time_s = -1\n")
         proc.send_signal(signal.SIGHUP)
@@ -102,5 +106,5 @@ def test_port_in_use_is_one_clear_line(tmp_path: Path) -> None:
                             f"127.0.0.1:{port}", "--sysfs-root", str(tmp_path)],
                            capture_output=True, text=True, timeout=60,
                            env={**os.environ, "PYTHONWARNINGS": "ignore"})
-    assert r.returncode == 1
+    assert r.returncode == 4  # ExitCode.FAILED
     assert f"cannot listen on 127.0.0.1:{port}" in r.stderr and "Traceback" not in r.stderr

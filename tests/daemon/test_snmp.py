@@ -152,10 +152,18 @@ def test_snmp_real_agent_down_and_back(tmp_path: Path) -> None:
             assert v[("netio_switch_backoff_seconds", (("target", "leaf1"),))] > 0
             assert v[("netio_collector_faults_total", (("collector", "snmp:leaf1"),
                                                        ("kind", "down")))] >= 1
+            last_ok = ("netio_collector_last_success_timestamp_seconds",
+                       (("collector", "snmp:leaf1"),))
+            frozen = v[last_ok]
             # a dead switch blocks nobody
             wait_for(lambda: d.health["rdma"].runs >= rdma_runs + 5)
             doc = json.loads(http_get(d.port, "/healthz")[2])
             assert doc["status"] == "degraded"
+            # and its last success stays where it was: an alert on its age fires
+            assert metrics()[last_ok] == frozen
+            leaf = doc["collectors"]["snmp:leaf1"]
+            assert leaf["up"] is False
+            assert leaf["last_success_age_s"] == pytest.approx(time.time() - frozen, abs=0.5)
             # and it comes back
             agent.start()
             wait_for(lambda: metrics().get(("netio_switch_up", (("target", "leaf1"),))) == 1,

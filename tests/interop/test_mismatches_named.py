@@ -72,7 +72,7 @@ def test_pingpong_mtu_mismatch_is_named_on_both_sides(client_mtu: int, size: int
         for proc in (server,):
             if proc.poll() is None:
                 proc.kill()
-    assert server.returncode == 1 and client.returncode == 1, (server_err, client_err)
+    assert server.returncode == 4 and client.returncode == 4, (server_err, client_err)
     assert server_err.count("\n") == 1 and client_err.count("\n") == 1
     assert server_err.startswith("netio pingpong: pingpong: failed status WR_FLUSH_ERR (5)")
     assert (f"payload of {client_mtu} bytes in a first packet, path MTU is {SERVER_MTU}: the "

@@ -24,7 +24,7 @@ def test_kernel_tool_at_mtu4096_against_netio_at_1024_is_named(lab9000) -> None:
              "--timeout", "20"]
     guest_rc, guest_out, netio_rc, netio_out = lab.netio_server_guest_client(
         "pingpong", netio, guest, timeout_s=60)
-    assert netio_rc == 1, netio_out
+    assert netio_rc == 4, netio_out  # ExitCode.FAILED
     assert ("payload of 4096 bytes in a first packet, path MTU is 1024: the peers' MTUs "
             "differ (local 1024, remote 4096)") in netio_out, netio_out
     assert guest_rc != 0, guest_out  # the kernel got netio's NAK (or lost its peer)
@@ -36,7 +36,7 @@ def test_tcp_backend_against_a_kernel_tool_says_so(lab1500) -> None:
     netio = ["--rc", "-n", "5", "--backend", "tcp", "--bind", lab.host_ip, "--timeout", "20"]
     _guest_rc, guest_out, netio_rc, netio_out = lab.netio_server_guest_client(
         "pingpong", netio, guest, timeout_s=60)
-    assert netio_rc == 1, netio_out
+    assert netio_rc == 4, netio_out  # ExitCode.FAILED
     assert (f"the peer announced RoCE GID ::ffff:{lab.guest.ip}: it is a RoCE device (a "
             "kernel tool or netio --backend soft/verbs), and --backend tcp talks only to "
             "netio --backend tcp") in netio_out, (netio_out, guest_out)

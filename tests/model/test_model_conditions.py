@@ -37,9 +37,9 @@ from netio.telemetry.profile import (
 @pytest.fixture(scope="module")
 def demo_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``netio scenario --preset demo DIR && netio-analyze --json DIR/*.pcap``, in process."""
-    from netio.scenario.presets import preset
-    from netio.scenario.generate import generate
     from netio.cli.analyze import main as analyze_main
+    from netio.scenario.generate import generate
+    from netio.scenario.presets import preset
 
     d = tmp_path_factory.mktemp("demo")
     generate(preset("demo"), d, truth=False)
