@@ -204,6 +204,107 @@ void netio_analyzer_series(const netio_analyzer *a, int which, int64_t *out);
  * when the read failed, -1 otherwise (N/A, a sign, longer text: the caller
  * reads that file itself). Returns how many status[i] are not 0. */
 size_t netio_sysfs_read_counters(const int *fds, size_t n, uint64_t *values, int32_t *status);
+/* The soft RoCEv2 data path (native/softpath.c; Python side
+ * netio/roce/native_path.py). */
+/* Layout-compatible with struct iovec. */
+typedef struct {
+    void *base;
+    size_t len;
+} netio_iov;
+typedef struct {
+    const uint8_t *ptr;
+    uint64_t len;
+} netio_sge;
+/* One SEND/WRITE message: addresses host order; opcodes chosen by the engine. */
+typedef struct {
+    uint32_t src_ip;
+    uint32_t dst_ip;
+    uint32_t src_port;
+    uint32_t pkey;
+    uint32_t dest_qp;
+    uint32_t mtu;
+    uint32_t npkts;
+    uint32_t rc;
+    uint32_t solicited;
+    uint32_t has_reth;
+    uint32_t has_imm;
+    uint32_t imm;
+    uint32_t rkey;
+    uint8_t op_first;
+    uint8_t op_middle;
+    uint8_t op_last;
+    uint8_t op_only;
+    uint64_t va;
+    uint64_t length;
+} netio_tx_msg;
+/* Packets built by netio_tx_build: per packet a header slot of
+ * NETIO_TX_SLOT_BYTES in hdr (trailer at NETIO_TX_TRAILER_OFFSET), and
+ * iovcnt[j] iovecs from iov[iovstart[j]]. */
+enum { NETIO_TX_SLOT_BYTES = 64, NETIO_TX_TRAILER_OFFSET = 48 };
+typedef struct {
+    uint8_t *hdr;
+    netio_iov *iov;
+    uint32_t *iovstart;
+    uint32_t *iovcnt;
+    uint32_t max_pkts;
+    uint32_t max_iov;
+    uint32_t count;
+    uint64_t payload_bytes;
+} netio_tx_batch;
+/* Append packets k0 .. k0+count-1 of message m (PSNs from psn0) to b after
+ * its b->count packets; *noack_pkts carries the AckReq counter. Returns the
+ * iovecs b uses, or -errno (-ENOBUFS: b is full; b is then unchanged). */
+int netio_tx_build(const netio_tx_msg *m, const netio_sge *sge, uint32_t nsge, uint32_t k0,
+                   uint32_t psn0, uint32_t count, uint32_t *noack_pkts, netio_tx_batch *b);
+/* sendmmsg packets start.. of b to dst_ip:4791; returns how many went, or
+ * -errno when none did. */
+int netio_tx_send(int fd, uint32_t dst_ip, const netio_tx_batch *b, uint32_t start);
+/* A receive ring: nslots slots of slot_bytes; after netio_rx_recv, count
+ * datagrams with their length, truncation flag and source (host order). raw:
+ * the slots hold whole IPv4 packets (raw socket). */
+typedef struct {
+    uint8_t *buf;
+    uint32_t slot_bytes;
+    uint32_t nslots;
+    uint32_t count;
+    int32_t raw;
+    uint32_t *len;
+    uint8_t *truncated;
+    uint32_t *src_ip;
+    uint32_t *src_port;
+} netio_rx_ring;
+/* recvmmsg (non-blocking) into r; returns the count or -errno. */
+int netio_rx_recv(int fd, netio_rx_ring *r);
+/* A QP's message in progress as the engine left it: the next MIDDLE packet
+ * (opcode middle_opcode, PSN expected_psn, from remote_ip with pkey) lands at
+ * dst, room bytes are contiguous there. middle_opcode 0xFFFFFFFF: off. */
+typedef struct {
+    uint32_t qpn;
+    uint32_t middle_opcode;
+    uint32_t remote_ip;
+    uint32_t pkey;
+    uint32_t expected_psn;
+    uint32_t mtu;
+    uint8_t *dst;
+    uint64_t room;
+    uint64_t received;
+    uint64_t placed_packets;
+    uint64_t placed_bytes;
+} netio_rx_fast;
+/* Place in-order MIDDLE packets from slot start on; stops at the first other
+ * packet, or after one asking for an ACK (*ack_ctx = its context index, else
+ * 0xFFFFFFFF). Returns the index of the first slot not consumed. */
+int64_t netio_rx_fast_run(netio_rx_ring *r, uint32_t start, uint32_t local_ip, int verify_icrc,
+                          netio_rx_fast *ctx, uint32_t nctx, uint32_t *ack_ctx);
+/* Plain UDP peer for bench/ (native/udpbench.c): sendmmsg count datagrams of
+ * data[0:size] to dst_ip:port (host order); returns how many or -errno. */
+int64_t netio_udp_blast(int fd, uint32_t dst_ip, uint32_t port, const uint8_t *data,
+                        uint32_t size, uint64_t count);
+/* recvmmsg until count datagrams or idle_ms without any; returns the count
+ * (bytes, and the monotonic ns of the first and last batch, through the
+ * pointers) or -errno. buf holds 64 slots of slot_bytes. */
+int64_t netio_udp_sink(int fd, uint8_t *buf, uint32_t slot_bytes, uint64_t count,
+                       int idle_ms, uint64_t *bytes, uint64_t *first_ns, uint64_t *last_ns);
 /* CDEF END */
 
 #endif

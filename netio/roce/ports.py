@@ -38,6 +38,14 @@ class EnginePort(Protocol):
 
     def qp_changed(self, qp: QpPort) -> None: ...
 
+    def transmit_run(self, qp: QpPort, wr: SendWr, length: int, npkts: int, k0: int,
+                     psn0: int, count: int, noack_pkts: int) -> int | None: ...
+
+    @property
+    def coalescing_acks(self) -> bool: ...
+
+    def hold_ack(self, qp: QpPort) -> None: ...
+
 
 class QpPort(Protocol):
     """The queue pair as its requester and responder use it."""

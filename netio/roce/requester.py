@@ -27,6 +27,7 @@ from netio.roce.verbs import ATOMICS, READ_OR_ATOMIC, SendWr, WcStatus, WrOpcode
 from netio.wire.bth import OPCODE_TABLE, Bth, Opcode, Operation, Position, Transport
 from netio.wire.ext import AtomicEth, Deth, ImmDt, Reth
 
+MAX_RUN_PACKETS = 256  # packets of one message handed to the native path at once
 MAX_PKTS_PER_ACK = 64  # rxe RXE_MAX_PKT_PER_ACK
 QKEY_USE_QP_BIT = 0x8000_0000  # IBTA §10.2.5: a WR Q_Key with the high bit set means "use the QP's"
 
@@ -179,6 +180,23 @@ class Requester:
                     self.rd_atomic_inflight += 1
                 wqe.first_psn = self.psn
                 wqe.last_psn = psn_add(self.psn, wqe.npkts - 1)
+            if qp_type != 4 and wqe.wr.opcode in _RUN_OPCODES:  # not UD
+                count = wqe.npkts - self.cursor_pkt
+                count = min(count, budget - sent, MAX_RUN_PACKETS)
+                if rc:
+                    count = min(count, window - psn_diff(self.psn, self.comp_psn))
+                noack = qp.engine.transmit_run(qp, wqe.wr, wqe.length, wqe.npkts,
+                                               self.cursor_pkt, self.psn, count,
+                                               self.noack_pkts)
+                if noack is not None:
+                    self._advance(wqe, count, noack)
+                    sent += count
+                    if psn_diff(self.psn, self.sent_hi) > 0:
+                        self.sent_hi = self.psn
+                    if not rc and self.cursor > 0:
+                        self.complete_head(WcStatus.SUCCESS)
+                        self.comp_psn = self.psn
+                    continue
             self._transmit_one(wqe, qp_type)
             sent += 1
             if psn_diff(self.psn, self.sent_hi) > 0:
@@ -190,6 +208,18 @@ class Requester:
         if sent and rc:
             self.recovery.on_transmit(now_ns)
         return sent
+
+    def _advance(self, wqe: SendWqe, count: int, noack_pkts: int) -> None:
+        """``count`` packets of ``wqe`` left through the native path (``transmit_run``):
+        the same state changes as ``count`` calls of :meth:`_transmit_one`."""
+        self.psn = psn_add(self.psn, count)
+        self.noack_pkts = noack_pkts
+        if self.cursor_pkt + count >= wqe.npkts:
+            self.cursor += 1
+            self.cursor_pkt = 0
+            wqe.sent_all = True
+        else:
+            self.cursor_pkt += count
 
     def _transmit_one(self, wqe: SendWqe, qp_type: int) -> None:
         qp = self.qp
@@ -269,6 +299,8 @@ class Requester:
                            imm_dt=imm, deth=deth)
 
 
+_RUN_OPCODES = frozenset((WrOpcode.SEND, WrOpcode.SEND_WITH_IMM, WrOpcode.RDMA_WRITE,
+                          WrOpcode.RDMA_WRITE_WITH_IMM))
 _SOLICITABLE = frozenset(
     op for op in Opcode
     if (info := OPCODE_TABLE[op]) is not None and info.ends_message

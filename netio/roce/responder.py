@@ -106,6 +106,8 @@ class Responder:
         self.rnr_naks_sent = 0
         self.invalid_requests = 0
         self.last_error = ""  # why the last request was refused
+        self.held_ack: tuple[int, int] | None = None  # (PSN, MSN) while coalescing
+        self.acks_coalesced = 0
 
     def flush(self) -> None:
         ctx, self.ctx = self.ctx, None
@@ -128,14 +130,39 @@ class Responder:
 
     def _reply(self, opcode: Opcode, psn: int, aeth: Aeth, *, payload: bytes = b"",
                atomic_ack: AtomicAckEth | None = None) -> None:
+        self.release_ack()  # a held ACK goes first: replies keep their order
         qp = self.qp
         bth = Bth(opcode, False, False, -len(payload) % 4, 0, qp.attrs.pkey, False, False,
                   qp.attrs.dest_qp_num, False, psn)
         qp.engine.transmit(qp, qp.attrs.remote_ip, bth, payload, aeth=aeth,
                            atomic_ack_eth=atomic_ack)
 
+    def acknowledge(self, psn: int) -> None:
+        """ACK ``psn`` (the native receive path placed a packet that asked for it)."""
+        self._ack(psn)
+
     def _ack(self, psn: int) -> None:
+        if self.qp.engine.coalescing_acks:
+            # IBTA §9.7.5.1.1: one ACK acknowledges every request up to its PSN, so the
+            # engine may hold it while later packets of the same batch arrive and send only
+            # the newest (with the MSN it had then).
+            if self.held_ack is None:
+                self.qp.engine.hold_ack(self.qp)
+            else:
+                self.acks_coalesced += 1
+            self.held_ack = (psn, self.msn)
+            return
         self._reply(Opcode.RC_ACKNOWLEDGE, psn, Aeth.ack(self.msn))
+
+    def release_ack(self) -> None:
+        """Send the ACK held while ACKs were being coalesced, if any."""
+        held, self.held_ack = self.held_ack, None
+        if held is not None:
+            psn, msn = held
+            qp = self.qp
+            bth = Bth(Opcode.RC_ACKNOWLEDGE, False, False, 0, 0, qp.attrs.pkey, False, False,
+                      qp.attrs.dest_qp_num, False, psn)
+            qp.engine.transmit(qp, qp.attrs.remote_ip, bth, b"", aeth=Aeth.ack(msn))
 
     def _nak(self, psn: int, code: NakCode) -> None:
         self._reply(Opcode.RC_ACKNOWLEDGE, psn, Aeth.nak(self.msn, code))

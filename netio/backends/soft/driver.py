@@ -23,8 +23,10 @@ this endpoint's datagrams before they reach the socket.
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
 import logging
+import os
 import socket
 import time
 from collections import deque
@@ -41,8 +43,9 @@ from netio.backends.soft.sockets import (
     parse_raw_ipv4,
 )
 from netio.errors import DriverSocketError
-from netio.roce.engine import CompletionQueue, OutgoingDatagram, RoceEngine
+from netio.roce.engine import CompletionQueue, OutgoingDatagram, OutgoingRun, RoceEngine
 from netio.roce.link import FaultyLink, LinkFaults
+from netio.roce.native_path import RxRing
 from netio.roce.qp import QueuePair
 from netio.roce.verbs import Completion, RecvWr, SendWr
 
@@ -50,6 +53,8 @@ log = logging.getLogger(__name__)
 
 _RX_BUFFER_BYTES = 65536
 _MAX_RX_BATCH = 256
+_RING_SLOTS = 64
+_RING_SLOT_BYTES = 9216  # a 4096-byte MTU packet with every header fits; larger is not RoCE
 
 
 @dataclass(slots=True)
@@ -116,7 +121,8 @@ class SoftRoceDriver:
         self._verifier = HeaderlessVerifier()
         self._link = (FaultyLink(config.fault_seed, _zero_latency(config.faults))
                       if config.faults is not None else None)
-        self._backlog: deque[OutgoingDatagram] = deque()
+        self._backlog: deque[tuple[OutgoingDatagram | OutgoingRun, int]] = deque()
+        self._ring: RxRing | None = None  # the native path's recvmmsg ring
         self._writer_fd: int | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at_ns: int | None = None
@@ -159,6 +165,8 @@ class SoftRoceDriver:
         self._raw_sock = raw
         self.rx_mode = RxMode.RAW if raw is not None else RxMode.UDP
         rx = raw if raw is not None else self._udp_sock
+        if self.engine.native:
+            self._ring = RxRing(_RING_SLOTS, _RING_SLOT_BYTES, raw=raw is not None)
         loop.add_reader(rx.fileno(), self._on_readable)
 
     async def close(self) -> None:
@@ -240,11 +248,53 @@ class SoftRoceDriver:
 
     def _on_readable(self) -> None:
         now_ns = time.monotonic_ns()
-        if self._raw_sock is not None:
+        sock = self._raw_sock if self._raw_sock is not None else self._udp_sock
+        if self._ring is not None and sock is not None:
+            self._drain_ring(self._ring, sock, now_ns)
+        elif self._raw_sock is not None:
             self._drain_raw(self._raw_sock, now_ns)
         elif self._udp_sock is not None:
             self._drain_udp(self._udp_sock, now_ns)
         self._after_input(now_ns)
+
+    def _drain_ring(self, ring: RxRing, sock: socket.socket, now_ns: int) -> None:
+        """Native path: recvmmsg batches; the engine places what it can in C and hands
+        the rest, one datagram at a time, to the same code as the pure path."""
+        fd = sock.fileno()
+        raw = self._raw_sock is not None
+        engine = self.engine
+        got = 0
+        while got < _MAX_RX_BATCH:
+            n = ring.recv(fd)
+            if n <= 0:
+                return
+            got += n
+            self.stats.datagrams_received += n
+            engine.receive_ring(ring, now_ns, (lambda i: self._raw_one(ring.slot(i), now_ns))
+                                if raw else (lambda i: self._udp_one(ring.slot(i),
+                                                                     *ring.source(i), now_ns)))
+            if n < ring.nslots:
+                return
+            # More is waiting: send the ACKs (and anything else) this batch produced
+            # first, so that the peer's window opens while we drain the rest.
+            self._flush(now_ns)
+
+    def _raw_one(self, packet: memoryview, now_ns: int) -> None:
+        if parse_raw_ipv4(packet) is None:
+            self.stats.rx_not_roce += 1
+            return
+        self.engine.receive_ip_packet(packet, now_ns)
+
+    def _udp_one(self, payload: memoryview, src_ip: ipaddress.IPv4Address, src_port: int,
+                 now_ns: int) -> None:
+        engine = self.engine
+        if engine.verify_icrc and not self._verifier.verify(
+            payload, src_ip=src_ip, dst_ip=self.config.local_ip, src_port=src_port,
+            dst_port=ROCEV2_UDP_PORT,
+        ):
+            self.stats.rx_icrc_failed += 1
+            return
+        engine.receive_datagram(payload, src_ip, now_ns, src_port, ip_id=None)
 
     def _drain_raw(self, sock: socket.socket, now_ns: int) -> None:
         view = self._rx_view
@@ -295,12 +345,12 @@ class SoftRoceDriver:
         self._wake_waiters()
 
     def _flush(self, now_ns: int) -> None:
-        out = self.engine.datagrams_to_send(now_ns)
         link = self._link
         if link is None:
-            for d in out:
-                self._send(d)
+            for item in self.engine.output_to_send(now_ns):
+                self._send(item)
             return
+        out = self.engine.datagrams_to_send(now_ns)
         for d in out:
             link.send(d, now_ns)
         for d in link.pop_due(now_ns):
@@ -314,19 +364,21 @@ class SoftRoceDriver:
             self._send_socks[key] = sock
         return sock
 
-    def _send(self, d: OutgoingDatagram) -> None:
+    def _send(self, d: OutgoingDatagram | OutgoingRun) -> None:
         if self._backlog:
-            self._backlog.append(d)
+            self._backlog.append((d, 0))
             return
-        self._send_now(d)
+        self._send_now(d, 0)
 
-    def _send_now(self, d: OutgoingDatagram) -> bool:
+    def _send_now(self, d: OutgoingDatagram | OutgoingRun, start: int) -> bool:
         sock = self._send_socket(d.src_udp_port, (d.dscp << 2) | d.ecn)
+        if isinstance(d, OutgoingRun):
+            return self._send_run(sock, d, start)
         try:
             sock.sendto(d.payload, (str(d.dst_ip), ROCEV2_UDP_PORT))
         except (BlockingIOError, InterruptedError):
             self.stats.tx_deferred += 1
-            self._backlog.appendleft(d)  # first in line, whether from _send or the backlog
+            self._backlog.appendleft((d, 0))  # first in line, from _send or the backlog
             self._want_writable(sock)
             return False
         except OSError as exc:
@@ -340,6 +392,30 @@ class SoftRoceDriver:
         self.stats.datagrams_sent += 1
         return True
 
+    def _send_run(self, sock: socket.socket, d: OutgoingRun, start: int) -> bool:
+        """sendmmsg the rest of a native run; what the socket refuses waits for POLLOUT."""
+        run = d.run
+        while start < run.count:
+            n = run.send(sock.fileno(), int(d.dst_ip), start)
+            if n > 0:
+                self.stats.datagrams_sent += n
+                start += n
+                continue
+            err = -n
+            if err in (errno.EAGAIN, errno.EINTR):
+                self.stats.tx_deferred += 1
+                self._backlog.appendleft((d, start))
+                self._want_writable(sock)
+                return False
+            # As for one datagram: the rest of the run is lost; retries report it.
+            self.stats.tx_errors += 1
+            message = os.strerror(err)
+            if self.stats.last_tx_error != message:
+                log.warning("soft RoCE send to %s failed: %s", d.dst_ip, message)
+            self.stats.last_tx_error = message
+            return True
+        return True
+
     def _want_writable(self, sock: socket.socket) -> None:
         if self._writer_fd is None and self._loop is not None:
             self._writer_fd = sock.fileno()
@@ -350,8 +426,8 @@ class SoftRoceDriver:
             self._loop.remove_writer(self._writer_fd)
             self._writer_fd = None
         while self._backlog:
-            d = self._backlog.popleft()
-            if not self._send_now(d):
+            d, start = self._backlog.popleft()
+            if not self._send_now(d, start):
                 return
 
     def _arm_timer(self) -> None:

@@ -1,0 +1,413 @@
+"""The soft backend's native data path against real UDP peers, two processes on loopback.
+
+Run: ``python bench/bench_soft.py [--runs 3] [--quick]`` (root or CAP_NET_RAW gives the
+raw-socket receive path; iperf3 and sockperf from Debian: ``apt-get install iperf3
+sockperf``; a section whose tool is missing says so and is skipped).
+
+Every netio figure uses the public API (``netio.open("soft", local_addr=...)``,
+``ep.post([...])``, asyncio) with one process per side, path MTU 4096. In the same run:
+
+* bandwidth: RC WRITE of 1 MiB messages (the client's time from first post to last
+  completion) against ``iperf3 -u -b 0 -l 4096`` and against a plain ``sendmmsg`` /
+  ``recvmmsg`` pair in C (netio._native's udpbench: no headers, no ICRC, 4 KiB
+  datagrams); the references count what the receiver got, per second between its first
+  and last datagram;
+* latency: 64 B SEND ping-pong, half the round trip (sockperf's convention), against
+  ``sockperf ping-pong`` UDP 64 B;
+* message rate: 64 B WRITE and SEND posted in batches against the C pair with 64 B
+  datagrams;
+* native against pure (``NETIO_PURE=1``): the same workloads;
+* zero copy: one WRITE into a registered numpy array, its address before and after,
+  and copies per payload byte from the engines' counters.
+
+Each side runs once per round, ``--runs`` rounds interleaved; figures are medians, ratios
+the median (and range) of the per-round ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import json
+import multiprocessing as mp
+import os
+import random
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+MIB = 1 << 20
+MTU = 4096
+TARGET_MIB = 16
+
+
+def _addresses() -> tuple[str, str]:
+    base = random.SystemRandom().randrange(1 << 16) << 8
+    return (str(ipaddress.IPv4Address((127 << 24) | base | 1)),
+            str(ipaddress.IPv4Address((127 << 24) | base | 2)))
+
+
+def _env(pure: bool) -> None:
+    if pure:
+        os.environ["NETIO_PURE"] = "1"
+    else:
+        os.environ.pop("NETIO_PURE", None)
+
+
+# -- netio server and client (one process each) -------------------------------------------
+
+def _profiled(role: str, main: Callable[[], Any]) -> None:
+    """Run ``asyncio.run(main())``, under cProfile when NETIO_BENCH_PROFILE names a folder
+    (ROLE.prof is written there: where the time goes, for a target that is missed)."""
+    folder = os.environ.get("NETIO_BENCH_PROFILE")
+    if not folder:
+        asyncio.run(main())
+        return
+    import cProfile
+
+    profile = cProfile.Profile()
+    profile.enable()
+    try:
+        asyncio.run(main())
+    finally:
+        profile.disable()
+        profile.dump_stats(os.path.join(folder, f"{role}.prof"))
+
+
+def _server(job: dict[str, Any], ip: str, port_q: Any, out_q: Any) -> None:
+    _env(job["pure"])
+
+    async def main() -> None:
+        import numpy as np
+
+        import netio
+        from netio.api.endpoint import WorkRequest
+        from netio.backends.soft.sockets import RxMode
+
+        async with netio.open("soft", local_addr=ip, mtu=MTU,
+                              rx_mode=RxMode(job.get("rx_mode", "auto"))) as ctx:
+            target = np.zeros(TARGET_MIB * MIB, dtype=np.uint8)
+            address = target.ctypes.data
+            region = ctx.register(target)
+            listener = await ctx.listen(f"{ip}:0")
+            port_q.put(listener.address[1])
+            ep = await listener.accept(timeout_s=60)
+            inbox = ctx.register(bytearray(64 * 65536))
+            posted: list[Any] = []
+            if job["kind"] == "send_rate":  # receives first: a SEND consumes the oldest
+                n = job["count"]
+                posted = [ep.post([WorkRequest.recv(inbox[(k % 65536) * 64:(k % 65536 + 1) * 64])
+                                   for k in range(i, min(n, i + 1024))])
+                          for i in range(0, n, 1024)]
+            ping = ctx.register(bytearray(128))
+            nxt = ep.recv(ping[0:64]) if job["kind"] == "latency" else None
+            done = ep.recv(ctx.register(bytearray(64))) if nxt is None else None
+            await ep.send(ctx.register(bytearray(region.descriptor())))
+            if nxt is not None:
+                for k in range(job["count"]):
+                    await nxt
+                    # the next ping's receive is posted before the pong goes (no RNR)
+                    nxt = ep.recv(ping[0:64]) if k + 1 < job["count"] else ep.recv(
+                        ctx.register(bytearray(64)))
+                    await ep.send(ping[64:128])
+                done = nxt
+            for p in posted:
+                await p
+            await done
+            expect = job.get("expect")
+            landed = None
+            if expect is not None:
+                landed = bool(np.array_equal(target[:expect],
+                                             np.arange(expect, dtype=np.uint32).astype(np.uint8)))
+            out_q.put({"server": ep.counters(), "address_same": target.ctypes.data == address,
+                       "landed": landed})
+
+    _profiled("server", main)
+
+
+def _client(job: dict[str, Any], ip: str, server_ip: str, port: int, out_q: Any) -> None:
+    _env(job["pure"])
+
+    async def main() -> None:
+        import numpy as np
+
+        import netio
+        from netio.api.endpoint import WorkRequest
+        from netio.backends.soft.sockets import RxMode
+
+        async with netio.open("soft", local_addr=ip, mtu=MTU,
+                              rx_mode=RxMode(job.get("rx_mode", "auto"))) as ctx:
+            ep = await ctx.connect(f"{server_ip}:{port}")
+            box = bytearray(netio.api.region.DESCRIPTOR_BYTES)
+            await ep.recv(ctx.register(box))
+            remote = netio.RemoteRegion.from_descriptor(box)
+            size, count, kind = job["size"], job["count"], job["kind"]
+            source = np.arange(max(size, 64), dtype=np.uint32).astype(np.uint8)
+            local = ctx.register(source)
+            result: dict[str, Any] = {}
+            slots = TARGET_MIB * MIB // size
+            t0 = time.perf_counter()
+            if kind in ("write_bw", "write_rate", "send_rate"):
+                batch = job["batch"]
+
+                def request(k: int) -> WorkRequest:
+                    if kind == "send_rate":
+                        return WorkRequest.send(local[0:size])
+                    at = (k % slots) * size
+                    return WorkRequest.write(local[0:size], remote[at:at + size])
+
+                inflight: list[Any] = []
+                for i in range(0, count, batch):
+                    inflight.append(ep.post([request(k) for k in range(i, min(count, i + batch))]))
+                    if len(inflight) >= job["batches_in_flight"]:
+                        await inflight.pop(0)
+                for p in inflight:
+                    await p
+                took = time.perf_counter() - t0
+                result = {"seconds": took, "mib_s": count * size / took / MIB,
+                          "msg_s": count / took}
+            elif kind == "latency":
+                ping = ctx.register(bytearray(64))
+                rtts = []
+                for _ in range(count):
+                    t = time.perf_counter()
+                    pong = ep.recv(ping)
+                    await ep.send(ping)
+                    await pong
+                    rtts.append(time.perf_counter() - t)
+                result = {"one_way_us": statistics.median(rtts) / 2 * 1e6,
+                          "one_way_avg_us": statistics.fmean(rtts) / 2 * 1e6}
+            elif kind == "zero_copy":
+                await ep.write(local[0:size], remote[0:size])
+            result["client"] = ep.counters()
+            await ep.send(ctx.register(bytearray(b"done")))
+            out_q.put(result)
+
+    _profiled("client", main)
+
+
+def netio_run(job: dict[str, Any]) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    server_ip, client_ip = _addresses()
+    port_q, out_q = ctx.Queue(), ctx.Queue()
+    server = ctx.Process(target=_server, args=(job, server_ip, port_q, out_q))
+    server.start()
+    try:
+        port = port_q.get(timeout=60)
+        client = ctx.Process(target=_client, args=(job, client_ip, server_ip, port, out_q))
+        client.start()
+        first = out_q.get(timeout=300)
+        second = out_q.get(timeout=60)
+        client.join(30)
+        server.join(30)
+    finally:
+        for p in mp.active_children():
+            p.kill()
+    return {**first, **second}
+
+
+# -- the references ------------------------------------------------------------------------
+
+def _sink(ip: str, size: int, count: int, ready: Any, out_q: Any) -> None:
+    from netio import native
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    sock.bind((ip, 0))
+    ready.put(sock.getsockname()[1])
+    ffi, lib = native.ffi, native.lib
+    buf = ffi.new("uint8_t[]", 64 * 65536)
+    nbytes, first, last = ffi.new("uint64_t *"), ffi.new("uint64_t *"), ffi.new("uint64_t *")
+    got = lib.netio_udp_sink(sock.fileno(), buf, 65536, count, 500, nbytes, first, last)
+    span = (last[0] - first[0]) / 1e9
+    out_q.put({"datagrams": got, "bytes": nbytes[0], "seconds": span})
+
+
+def udp_pair(size: int, count: int) -> dict[str, float]:
+    """sendmmsg/recvmmsg between two processes: what the receiver got per second."""
+    from netio import native
+
+    ctx = mp.get_context("spawn")
+    rx_ip, tx_ip = _addresses()
+    ready, out_q = ctx.Queue(), ctx.Queue()
+    sink = ctx.Process(target=_sink, args=(rx_ip, size, count, ready, out_q))
+    sink.start()
+    port = ready.get(timeout=30)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+    sock.bind((tx_ip, 0))
+    data = native.ffi.new("uint8_t[]", size)
+    native.lib.netio_udp_blast(sock.fileno(), int(ipaddress.IPv4Address(rx_ip)), port, data,
+                               size, count)
+    r = out_q.get(timeout=120)
+    sink.join(10)
+    sock.close()
+    span = max(r["seconds"], 1e-9)
+    return {"mib_s": r["bytes"] / span / MIB, "msg_s": r["datagrams"] / span,
+            "loss": 1 - r["datagrams"] / count}
+
+
+def iperf3_udp(size: int, seconds: float) -> dict[str, float] | None:
+    if shutil.which("iperf3") is None:
+        return None
+    server_ip, _ = _addresses()
+    port = random.randrange(20000, 60000)
+    srv = subprocess.Popen(["iperf3", "-s", "-1", "-B", server_ip, "-p", str(port)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.3)
+        out = subprocess.run(["iperf3", "-c", server_ip, "-p", str(port), "-u", "-b", "0",
+                              "-l", str(size), "-t", str(seconds), "-J"],
+                             capture_output=True, text=True, timeout=seconds + 30)
+        doc = json.loads(out.stdout)
+        end = doc["end"]
+        received = end.get("sum_received") or end["sum"]
+        sent = end.get("sum_sent") or end["sum"]
+        return {"mib_s": received["bits_per_second"] / 8 / MIB,
+                "sent_mib_s": sent["bits_per_second"] / 8 / MIB,
+                "loss": end["sum"].get("lost_percent", 0.0) / 100}
+    finally:
+        srv.kill()
+        srv.wait()
+
+
+def sockperf_latency(seconds: float) -> float | None:
+    """sockperf ping-pong UDP 64 B: its average latency (half the round trip), in us."""
+    if shutil.which("sockperf") is None:
+        return None
+    server_ip, _ = _addresses()
+    port = str(random.randrange(20000, 60000))
+    srv = subprocess.Popen(["sockperf", "server", "-i", server_ip, "-p", port],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.3)
+        out = subprocess.run(["sockperf", "ping-pong", "-i", server_ip, "-p", port, "-m", "64",
+                              "-t", str(int(max(1, seconds)))], capture_output=True, text=True,
+                             timeout=seconds + 30)
+        m = re.search(r"avg-lat(?:ency)?=\s*([0-9.]+)", out.stdout + out.stderr)
+        return float(m.group(1)) if m else None
+    finally:
+        srv.kill()
+        srv.wait()
+
+
+# -- the report ----------------------------------------------------------------------------
+
+def _rounds(runs: int, fns: dict[str, Callable[[], Any]], key: str) -> dict[str, list[float]]:
+    """Each of ``fns`` once per round, ``runs`` rounds, interleaved so that a change of load
+    on the machine hits every side alike; the values of ``key`` (NaN where a tool is
+    missing), by name."""
+    out: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(runs):
+        for name, fn in fns.items():
+            r = fn()
+            out[name].append(float(r[key]) if isinstance(r, dict) else
+                             float(r) if r is not None else float("nan"))
+    return out
+
+
+def _med(values: list[float]) -> float:
+    ok = [v for v in values if v == v]
+    return statistics.median(ok) if ok else float("nan")
+
+
+def _ratio(a: list[float], b: list[float]) -> str:
+    """Median of the per-round ratios a/b, and its range."""
+    ratios = [x / y for x, y in zip(a, b, strict=False) if y and x == x and y == y]
+    if not ratios:
+        return "n/a"
+    return f"{statistics.median(ratios):.3g}x [{min(ratios):.3g}..{max(ratios):.3g}]"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="smaller counts (smoke test)")
+    parser.add_argument("--only", choices=("bw", "lat", "rate", "zero"), default=None)
+    parser.add_argument("--rx-mode", choices=("auto", "raw", "udp"), default="auto",
+                        help="the soft backend's receive socket (auto: raw when permitted)")
+    args = parser.parse_args(argv)
+    base: dict[str, Any] = {"rx_mode": args.rx_mode}
+    q = 0.25 if args.quick else 1.0
+    runs = args.runs
+    print(f"soft backend native data path, loopback, MTU {MTU}, median of {runs} runs, "
+          f"receive mode {args.rx_mode}; load average {os.getloadavg()[0]:.2f} at start")
+
+    if args.only in (None, "bw"):
+        mib = int(512 * q)
+        bw_job = {**base, "kind": "write_bw", "size": MIB, "count": mib, "batch": 4,
+                  "batches_in_flight": 2, "pure": False}
+        bw = _rounds(runs, {
+            "native": lambda: netio_run(bw_job),
+            "pure": lambda: netio_run({**bw_job, "pure": True, "count": max(8, mib // 8)}),
+            "pair": lambda: udp_pair(4096, mib * 256),
+            "iperf3": lambda: iperf3_udp(4096, 3 * q + 1),
+        }, "mib_s")
+        print("\n1 MiB RC WRITE bandwidth [MiB/s] (references: what the receiver got)")
+        print(f"  netio soft native      {_med(bw['native']):9.1f}")
+        print(f"  netio soft pure        {_med(bw['pure']):9.1f}   native/pure "
+              f"{_ratio(bw['native'], bw['pure'])}")
+        print(f"  sendmmsg/recvmmsg pair {_med(bw['pair']):9.1f}   netio/pair "
+              f"{_ratio(bw['native'], bw['pair'])}")
+        print(f"  iperf3 -u -b 0 -l 4096 {_med(bw['iperf3']):9.1f}   netio/iperf3 "
+              f"{_ratio(bw['native'], bw['iperf3'])}")
+
+    if args.only in (None, "lat"):
+        n = int(4000 * q)
+        lat_job = {**base, "kind": "latency", "size": 64, "count": n, "pure": False}
+        lat = _rounds(runs, {
+            "native": lambda: netio_run(lat_job),
+            "pure": lambda: netio_run({**lat_job, "pure": True}),
+            "sockperf": lambda: {"one_way_us": sockperf_latency(3 * q + 1) or float("nan")},
+        }, "one_way_us")
+        print("\n64 B SEND latency, half round trip [us] (netio: median; sockperf: its avg)")
+        print(f"  netio soft native      {_med(lat['native']):9.1f}")
+        print(f"  netio soft pure        {_med(lat['pure']):9.1f}   native/pure "
+              f"{_ratio(lat['native'], lat['pure'])}")
+        print(f"  sockperf ping-pong UDP {_med(lat['sockperf']):9.1f}   netio/sockperf "
+              f"{_ratio(lat['native'], lat['sockperf'])}")
+
+    if args.only in (None, "rate"):
+        n = int(40000 * q)
+        rate = {**base, "size": 64, "count": n, "batch": 256, "batches_in_flight": 4}
+        mr = _rounds(runs, {
+            "write": lambda: netio_run({**rate, "kind": "write_rate", "pure": False}),
+            "send": lambda: netio_run({**rate, "kind": "send_rate", "pure": False}),
+            "write_pure": lambda: netio_run({**rate, "kind": "write_rate", "pure": True,
+                                             "count": n // 4}),
+            "pair": lambda: udp_pair(64, n * 20),
+        }, "msg_s")
+        print("\n64 B message rate, posted in batches of 256 [messages/s]")
+        print(f"  netio WRITE native     {_med(mr['write']):11.0f}   netio/pair "
+              f"{_ratio(mr['write'], mr['pair'])}")
+        print(f"  netio SEND native      {_med(mr['send']):11.0f}   netio/pair "
+              f"{_ratio(mr['send'], mr['pair'])}")
+        print(f"  netio WRITE pure       {_med(mr['write_pure']):11.0f}   native/pure "
+              f"{_ratio(mr['write'], mr['write_pure'])}")
+        print(f"  sendmmsg/recvmmsg pair {_med(mr['pair']):11.0f}   (64 B datagrams)")
+
+    if args.only in (None, "zero"):
+        r = netio_run({**base, "kind": "zero_copy", "size": 4 * MIB, "count": 1, "pure": False,
+                       "expect": 4 * MIB})
+        c, s = r["client"], r["server"]
+        tx = 1 + c["engine_tx_user_copy_bytes"] / max(1, c["engine_tx_payload_bytes"])
+        rx = 1 + s["engine_rx_user_copy_bytes"] / max(1, s["engine_rx_payload_bytes"])
+        print("\nzero copy: one 4 MiB WRITE into a registered numpy array")
+        print(f"  bytes landed in the array: {r['landed']}; array at the same address: "
+              f"{r['address_same']}")
+        print(f"  copies per payload byte: send {tx:.3f} (kernel 1 + user "
+              f"{tx - 1:.3f}), receive {rx:.3f} (kernel 1 + user {rx - 1:.3f}); native "
+              f"packets: sent {c['engine_tx_native_packets']}, placed "
+              f"{s['engine_rx_native_packets']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

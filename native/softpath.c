@@ -1,0 +1,327 @@
+/* The soft RoCEv2 data path in C (netio/roce/native_path.py drives it).
+ *
+ * Transmit: the consecutive packets of one SEND/WRITE message (IBTA vol 1
+ * §9.7.1-9.7.2: cut at the path MTU, one PSN each, AckReq on the last packet
+ * and after every 64 without one as rxe does) are built as iovecs: a header
+ * slot per packet (BTH, RETH on the first packet of a WRITE, ImmDt on the
+ * last), the payload straight from the registered memory (no user-space
+ * copy), and a trailer slot (pad, ICRC). sendmmsg sends them.
+ *
+ * Receive: recvmmsg fills a ring of slots; netio_rx_fast_run walks it and
+ * places the payload of in-order MIDDLE packets of the message a QP has in
+ * progress straight into the registered buffer, checking ICRC, QP, source,
+ * P_Key, PSN and length exactly as netio/roce/responder.py does. Anything
+ * else stops the run and goes to the Python engine (the reference). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <netinet/in.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include "netio_native.h"
+
+#define ICRC_SEED_AFTER_LRH 0xdebb20e3u
+#define MAX_PKTS_PER_ACK 64u /* rxe RXE_MAX_PKT_PER_ACK */
+#define ROCE_PORT 4791u
+#define MAX_BATCH 1024u
+
+static void put16(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 8);
+    p[1] = (uint8_t)v;
+}
+
+static void put32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+static uint32_t get32(const uint8_t *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+/* CRC register after the masked IPv4 (ID 0, DF) and UDP headers the kernel
+ * emits for a datagram of udp_len bytes (ICRC, IBTA Annex A17.3.3). */
+static uint32_t icrc_ipv4_start(uint32_t src_ip, uint32_t dst_ip, uint32_t src_port,
+                                uint32_t dst_port, uint32_t udp_len) {
+    uint8_t h[28];
+    h[0] = 0x45;
+    h[1] = 0xFF; /* TOS masked */
+    put16(h + 2, 20 + udp_len);
+    put16(h + 4, 0);      /* identification */
+    put16(h + 6, 0x4000); /* DF */
+    h[8] = 0xFF;          /* TTL masked */
+    h[9] = 17;
+    h[10] = h[11] = 0xFF; /* checksum masked */
+    put32(h + 12, src_ip);
+    put32(h + 16, dst_ip);
+    put16(h + 20, src_port);
+    put16(h + 22, dst_port);
+    put16(h + 24, udp_len);
+    h[26] = h[27] = 0xFF; /* UDP checksum masked */
+    return netio_crc32(~ICRC_SEED_AFTER_LRH, h, sizeof h);
+}
+
+/* CRC over a BTH (byte 4 masked) and what follows it in the same buffer. */
+static uint32_t icrc_bth_on(uint32_t crc, const uint8_t *bth, size_t len) {
+    uint8_t b[12];
+    memcpy(b, bth, 12);
+    b[4] = 0xFF;
+    crc = netio_crc32(crc, b, 12);
+    return netio_crc32(crc, bth + 12, len - 12);
+}
+
+int netio_tx_build(const netio_tx_msg *m, const netio_sge *sge, uint32_t nsge, uint32_t k0,
+                   uint32_t psn0, uint32_t count, uint32_t *noack_pkts, netio_tx_batch *b) {
+    static const uint8_t zeros[4] = {0, 0, 0, 0};
+    uint32_t base = b->count;
+    uint32_t niov = base ? b->iovstart[base - 1] + b->iovcnt[base - 1] : 0;
+    uint32_t noack = *noack_pkts;
+    uint64_t payload = 0;
+    if (count > b->max_pkts - base || m->mtu == 0)
+        return -ENOBUFS;
+    /* locate the SGE holding the first payload byte */
+    uint64_t off = (uint64_t)k0 * m->mtu;
+    uint32_t si = 0;
+    uint64_t so = off;
+    while (si < nsge && so >= sge[si].len) {
+        so -= sge[si].len;
+        si++;
+    }
+    for (uint32_t jj = 0; jj < count; jj++) {
+        uint32_t j = base + jj;
+        uint32_t k = k0 + jj;
+        uint32_t psn = (psn0 + jj) & 0xFFFFFFu;
+        uint64_t start = (uint64_t)k * m->mtu;
+        if (start > m->length || k >= m->npkts)
+            return -EINVAL;
+        uint64_t rest = m->length - start;
+        uint32_t size = (uint32_t)(rest < m->mtu ? rest : m->mtu);
+        int last = k == m->npkts - 1;
+        uint8_t opcode = m->npkts == 1 ? m->op_only : k == 0 ? m->op_first
+                         : last       ? m->op_last
+                                      : m->op_middle;
+        int ack_req = last || noack >= MAX_PKTS_PER_ACK;
+        noack = ack_req ? 0 : noack + 1;
+        uint32_t pad = (4u - (size & 3u)) & 3u;
+        uint8_t *h = b->hdr + (size_t)j * NETIO_TX_SLOT_BYTES;
+        uint8_t *t = h + NETIO_TX_TRAILER_OFFSET;
+        size_t hl = 12;
+        h[0] = opcode;
+        h[1] = (uint8_t)(((last && m->solicited) ? 0x80u : 0u) | (pad << 4));
+        put16(h + 2, m->pkey);
+        put32(h + 4, m->dest_qp & 0xFFFFFFu);
+        put32(h + 8, ((ack_req && m->rc) ? 0x80000000u : 0u) | psn);
+        if (m->has_reth && k == 0) {
+            put32(h + 12, (uint32_t)(m->va >> 32));
+            put32(h + 16, (uint32_t)m->va);
+            put32(h + 20, m->rkey);
+            put32(h + 24, (uint32_t)m->length);
+            hl += 16;
+        }
+        if (m->has_imm && last) {
+            put32(h + hl, m->imm);
+            hl += 4;
+        }
+        uint32_t udp_len = 8 + (uint32_t)hl + size + pad + 4;
+        uint32_t crc = icrc_ipv4_start(m->src_ip, m->dst_ip, m->src_port, ROCE_PORT, udp_len);
+        crc = icrc_bth_on(crc, h, hl);
+        if (niov >= b->max_iov)
+            return -ENOBUFS;
+        b->iovstart[j] = niov;
+        b->iov[niov].base = h;
+        b->iov[niov].len = hl;
+        niov++;
+        uint32_t need = size;
+        while (need) {
+            if (si >= nsge)
+                return -EINVAL;
+            uint64_t avail = sge[si].len - so;
+            uint32_t take = (uint32_t)(avail < need ? avail : need);
+            if (niov >= b->max_iov)
+                return -ENOBUFS;
+            b->iov[niov].base = (void *)(sge[si].ptr + so);
+            b->iov[niov].len = take;
+            niov++;
+            crc = netio_crc32(crc, sge[si].ptr + so, take);
+            need -= take;
+            so += take;
+            if (so == sge[si].len) {
+                si++;
+                so = 0;
+            }
+        }
+        crc = netio_crc32(crc, zeros, pad);
+        memset(t, 0, pad);
+        t[pad] = (uint8_t)crc;
+        t[pad + 1] = (uint8_t)(crc >> 8);
+        t[pad + 2] = (uint8_t)(crc >> 16);
+        t[pad + 3] = (uint8_t)(crc >> 24);
+        if (niov >= b->max_iov)
+            return -ENOBUFS;
+        b->iov[niov].base = t;
+        b->iov[niov].len = pad + 4;
+        niov++;
+        b->iovcnt[j] = niov - b->iovstart[j];
+        payload += size;
+    }
+    b->count = base + count;
+    b->payload_bytes += payload;
+    *noack_pkts = noack;
+    return (int)niov;
+}
+
+int netio_tx_send(int fd, uint32_t dst_ip, const netio_tx_batch *b, uint32_t start) {
+    struct mmsghdr msgs[64];
+    struct sockaddr_in to;
+    memset(&to, 0, sizeof to);
+    to.sin_family = AF_INET;
+    to.sin_port = htons(ROCE_PORT);
+    to.sin_addr.s_addr = htonl(dst_ip);
+    uint32_t done = start;
+    while (done < b->count) {
+        uint32_t n = b->count - done;
+        if (n > 64)
+            n = 64;
+        for (uint32_t i = 0; i < n; i++) {
+            struct msghdr *h = &msgs[i].msg_hdr;
+            memset(h, 0, sizeof *h);
+            h->msg_name = &to;
+            h->msg_namelen = sizeof to;
+            h->msg_iov = (struct iovec *)(b->iov + b->iovstart[done + i]);
+            h->msg_iovlen = b->iovcnt[done + i];
+        }
+        int r = sendmmsg(fd, msgs, n, 0);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            if (done > start)
+                return (int)(done - start);
+            return -errno;
+        }
+        done += (uint32_t)r;
+        if ((uint32_t)r < n)
+            break;
+    }
+    return (int)(done - start);
+}
+
+int netio_rx_recv(int fd, netio_rx_ring *r) {
+    struct mmsghdr msgs[256];
+    struct iovec iov[256];
+    struct sockaddr_in from[256];
+    uint32_t n = r->nslots < 256 ? r->nslots : 256;
+    for (uint32_t i = 0; i < n; i++) {
+        iov[i].iov_base = r->buf + (size_t)i * r->slot_bytes;
+        iov[i].iov_len = r->slot_bytes;
+        memset(&msgs[i].msg_hdr, 0, sizeof msgs[i].msg_hdr);
+        msgs[i].msg_hdr.msg_iov = &iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+        msgs[i].msg_hdr.msg_name = &from[i];
+        msgs[i].msg_hdr.msg_namelen = sizeof from[i];
+    }
+    int got;
+    do {
+        got = recvmmsg(fd, msgs, n, MSG_DONTWAIT, NULL);
+    } while (got < 0 && errno == EINTR);
+    r->count = 0;
+    if (got < 0)
+        return -errno;
+    for (int i = 0; i < got; i++) {
+        r->len[i] = msgs[i].msg_len;
+        r->truncated[i] = (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0;
+        r->src_ip[i] = ntohl(from[i].sin_addr.s_addr);
+        r->src_port[i] = ntohs(from[i].sin_port);
+    }
+    r->count = (uint32_t)got;
+    return got;
+}
+
+/* Where the UDP payload of slot i starts and how long it is (raw slots hold a
+ * whole IPv4 packet); -1 when the slot is not a plain IPv4/UDP datagram. */
+static int slot_payload(const netio_rx_ring *r, uint32_t i, const uint8_t **p, uint32_t *n,
+                        uint32_t *src_ip, uint32_t *src_port) {
+    const uint8_t *s = r->buf + (size_t)i * r->slot_bytes;
+    uint32_t len = r->len[i];
+    if (r->truncated[i])
+        return -1;
+    if (!r->raw) {
+        *p = s;
+        *n = len;
+        *src_ip = r->src_ip[i];
+        *src_port = r->src_port[i];
+        return 0;
+    }
+    if (len < 28 || s[0] != 0x45)
+        return -1;
+    uint32_t total = ((uint32_t)s[2] << 8) | s[3];
+    uint32_t udp_len = ((uint32_t)s[24] << 8) | s[25];
+    if (total > len || total < 28 || udp_len != total - 20)
+        return -1;
+    if ((((uint32_t)s[22] << 8) | s[23]) != ROCE_PORT)
+        return -1;
+    *p = s + 28;
+    *n = total - 28;
+    *src_ip = get32(s + 12);
+    *src_port = ((uint32_t)s[20] << 8) | s[21];
+    return 0;
+}
+
+int64_t netio_rx_fast_run(netio_rx_ring *r, uint32_t start, uint32_t local_ip, int verify_icrc,
+                          netio_rx_fast *ctx, uint32_t nctx, uint32_t *ack_ctx) {
+    uint32_t i = start;
+    *ack_ctx = 0xFFFFFFFFu;
+    for (; i < r->count; i++) {
+        const uint8_t *p;
+        uint32_t n, src, sport;
+        if (slot_payload(r, i, &p, &n, &src, &sport) < 0 || n < 16)
+            break;
+        uint32_t qpn = get32(p + 4) & 0xFFFFFFu;
+        netio_rx_fast *c = NULL;
+        for (uint32_t q = 0; q < nctx; q++) {
+            if (ctx[q].qpn == qpn && ctx[q].middle_opcode != 0xFFFFFFFFu) {
+                c = &ctx[q];
+                break;
+            }
+        }
+        if (c == NULL || p[0] != c->middle_opcode || src != c->remote_ip)
+            break;
+        if ((p[1] & 0x30u) != 0 || ((((uint32_t)p[2] << 8) | p[3]) != c->pkey))
+            break; /* a middle packet carries a full MTU: no pad */
+        uint32_t psn = get32(p + 8) & 0xFFFFFFu;
+        if (psn != c->expected_psn || n != 12u + c->mtu + 4u || c->room < c->mtu)
+            break;
+        if (verify_icrc) {
+            uint32_t crc;
+            if (r->raw) {
+                int64_t v = netio_icrc(p - 28, 28 + n - 4);
+                if (v < 0)
+                    break;
+                crc = (uint32_t)v;
+            } else {
+                crc = icrc_ipv4_start(src, local_ip, sport, ROCE_PORT, 8 + n);
+                crc = icrc_bth_on(crc, p, n - 4);
+            }
+            const uint8_t *ic = p + n - 4;
+            uint32_t carried = (uint32_t)ic[0] | ((uint32_t)ic[1] << 8) |
+                               ((uint32_t)ic[2] << 16) | ((uint32_t)ic[3] << 24);
+            if (crc != carried)
+                break; /* the engine decides (drop, or rxe's other IP IDs in UDP mode) */
+        }
+        memcpy(c->dst, p + 12, c->mtu);
+        c->dst += c->mtu;
+        c->room -= c->mtu;
+        c->received += c->mtu;
+        c->expected_psn = (psn + 1) & 0xFFFFFFu;
+        c->placed_packets++;
+        c->placed_bytes += c->mtu;
+        if (p[8] & 0x80u) { /* AckReq: the engine sends the ACK */
+            *ack_ctx = (uint32_t)(c - ctx);
+            i++;
+            break;
+        }
+    }
+    return (int64_t)i;
+}

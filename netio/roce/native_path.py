@@ -1,0 +1,370 @@
+"""The soft engine's common case in C (``native/softpath.c``), per batch.
+
+The pure-Python requester and responder stay the reference and keep every exception
+case; this module only takes over the packets whose handling is fixed arithmetic:
+
+* transmit (:func:`build_run`): consecutive SEND/WRITE packets of one RC/UC message
+  over IPv4 (IBTA vol 1 §9.7.1-9.7.2): headers, ICRC and AckReq in C, payload iovecs
+  pointing into the registered memory, so the only copy of a payload byte is the
+  kernel's (``sendmmsg``);
+* receive (:class:`RxPath`): a ``recvmmsg`` ring whose in-order MIDDLE packets of an
+  RC SEND/WRITE in progress are checked (ICRC, QP, source, P_Key, PSN, length, access
+  as the responder does) and copied straight into the registered buffer; everything
+  else (first and last packets, ACKs, errors, duplicates, gaps) goes to the engine.
+
+Copies are counted (:class:`CopyCounters`): payload bytes moved by netio in user space
+on top of the kernel's one copy between socket and user memory.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from netio import native
+from netio.api.types import Access
+from netio.roce.attributes import RECEIVE_STATES
+from netio.roce.verbs import SendWr, WrOpcode
+from netio.wire.bth import OPCODE_TABLE, Operation, Position, Transport
+
+if TYPE_CHECKING:
+    from netio.roce.ports import QpPort
+    from netio.roce.qp import QueuePair
+
+#: Largest number of packets one transmit run holds.
+MAX_RUN_PACKETS = 256
+_RUN_CAPACITY = 256  # packets of a new run (more messages of the same QP are appended)
+_SLOT_BYTES = 64  # NETIO_TX_SLOT_BYTES
+_TRAILER_OFFSET = 48  # NETIO_TX_TRAILER_OFFSET
+_OFF = 0xFFFFFFFF
+
+
+def _opcodes() -> dict[tuple[int, int, bool], tuple[int, int, int, int]]:
+    """(transport, operation, with_imm) -> (first, middle, last, only) opcodes."""
+    by: dict[tuple[int, int, Position, bool], int] = {}
+    for info in OPCODE_TABLE:
+        if info is None or info.has_invalidate:
+            continue
+        by[(int(info.transport), int(info.operation), info.position, info.has_immediate)] = int(
+            info.opcode)
+    out: dict[tuple[int, int, bool], tuple[int, int, int, int]] = {}
+    for transport in (Transport.RC, Transport.UC):
+        for operation in (Operation.SEND, Operation.RDMA_WRITE):
+            for imm in (False, True):
+                t, o = int(transport), int(operation)
+                out[(t, o, imm)] = (by[(t, o, Position.FIRST, False)],
+                                    by[(t, o, Position.MIDDLE, False)],
+                                    by[(t, o, Position.LAST, imm)],
+                                    by[(t, o, Position.ONLY, imm)])
+    return out
+
+
+_OPCODES = _opcodes()
+_WR_OP = {
+    WrOpcode.SEND: (int(Operation.SEND), False),
+    WrOpcode.SEND_WITH_IMM: (int(Operation.SEND), True),
+    WrOpcode.RDMA_WRITE: (int(Operation.RDMA_WRITE), False),
+    WrOpcode.RDMA_WRITE_WITH_IMM: (int(Operation.RDMA_WRITE), True),
+}
+_MIDDLE = {int(Operation.SEND): _OPCODES[(int(Transport.RC), int(Operation.SEND), False)][1],
+           int(Operation.RDMA_WRITE): _OPCODES[(int(Transport.RC), int(Operation.RDMA_WRITE),
+                                                False)][1]}
+
+
+@dataclass(slots=True)
+class CopyCounters:
+    """Payload bytes netio handled and the bytes it copied in user space doing so.
+
+    The kernel copies each byte once between the socket and user memory (the floor for
+    UDP sockets); ``*_user_copy_bytes`` counts netio's own copies on top of that. Copies
+    per payload byte = 1 + user copies / payload bytes."""
+
+    tx_payload_bytes: int = 0
+    tx_user_copy_bytes: int = 0
+    rx_payload_bytes: int = 0
+    rx_user_copy_bytes: int = 0
+
+    def tx_copies_per_byte(self) -> float:
+        return 1.0 + (self.tx_user_copy_bytes / self.tx_payload_bytes
+                      if self.tx_payload_bytes else 0.0)
+
+    def rx_copies_per_byte(self) -> float:
+        return 1.0 + (self.rx_user_copy_bytes / self.rx_payload_bytes
+                      if self.rx_payload_bytes else 0.0)
+
+
+class TxRun:
+    """Built packets of one QP (consecutive, of one or more messages), as iovecs into the
+    registered memory: sent with one ``sendmmsg``."""
+
+    __slots__ = ("_keep", "batch", "capacity")
+
+    def __init__(self, capacity: int, max_iov: int) -> None:
+        ffi = native.ffi
+        hdr = ffi.new("uint8_t[]", _SLOT_BYTES * capacity)
+        iov = ffi.new("netio_iov[]", max_iov)
+        iovstart = ffi.new("uint32_t[]", capacity)
+        iovcnt = ffi.new("uint32_t[]", capacity)
+        batch = ffi.new("netio_tx_batch *")
+        batch.hdr, batch.iov, batch.iovstart, batch.iovcnt = hdr, iov, iovstart, iovcnt
+        batch.max_pkts, batch.max_iov = capacity, max_iov
+        self.batch = batch
+        self.capacity = capacity
+        # header slots, iovec arrays and buffer handles must outlive the run
+        self._keep: list[Any] = [hdr, iov, iovstart, iovcnt]
+
+    @property
+    def count(self) -> int:
+        return int(self.batch.count)
+
+    @property
+    def payload_bytes(self) -> int:
+        return int(self.batch.payload_bytes)
+
+    def packet(self, j: int) -> bytes:
+        """Packet ``j`` as one bytes object (BTH .. ICRC), for links and tests."""
+        ffi = native.ffi
+        b = self.batch
+        start = b.iovstart[j]
+        return b"".join(ffi.buffer(b.iov[start + i].base, b.iov[start + i].len)[:]
+                        for i in range(b.iovcnt[j]))
+
+    def packets(self) -> list[bytes]:
+        return [self.packet(j) for j in range(self.count)]
+
+    def send(self, fd: int, dst_ip: int, start: int) -> int:
+        """sendmmsg packets ``start``..; how many went, or -errno when none did."""
+        return int(native.lib.netio_tx_send(fd, dst_ip, self.batch, start))
+
+
+def build_run(qp: QpPort, wr: SendWr, length: int, npkts: int, k0: int, psn0: int,
+              count: int, noack_pkts: int, into: TxRun | None = None
+              ) -> tuple[TxRun, int, int] | None:
+    """Packets ``k0 .. k0+count-1`` of ``wr`` (first PSN ``psn0``) appended to ``into`` when
+    it has room, else to a new run: (the run, the new AckReq counter, the payload bytes
+    added); None when the C path does not apply (no native module, not IPv4, not a
+    SEND/WRITE of RC/UC): the caller then builds them in Python."""
+    lib, ffi = native.lib, native.ffi
+    op = _WR_OP.get(wr.opcode)
+    attrs = qp.attrs
+    dst = attrs.remote_ip
+    local = qp.engine.local_ip
+    qp_type = int(qp.qp_type)
+    if (op is None or lib is None or qp_type not in (2, 3) or count <= 0
+            or not isinstance(dst, ipaddress.IPv4Address)
+            or not isinstance(local, ipaddress.IPv4Address)):
+        return None
+    operation, with_imm = op
+    transport = int(Transport.RC) if qp_type == 2 else int(Transport.UC)
+    first, middle, last, only = _OPCODES[(transport, operation, with_imm)]
+    msg = ffi.new("netio_tx_msg *")
+    msg.src_ip = int(local)
+    msg.dst_ip = int(dst)
+    msg.src_port = qp.udp_src_port
+    msg.pkey = attrs.pkey
+    msg.dest_qp = attrs.dest_qp_num
+    msg.mtu = attrs.path_mtu_bytes
+    msg.npkts = npkts
+    msg.rc = 1 if qp_type == 2 else 0
+    # IBTA §9.2.3 (SE): only on the last packet of a SEND or of a message with immediate.
+    msg.solicited = 1 if wr.solicited and (operation == int(Operation.SEND) or with_imm) else 0
+    msg.has_reth = 1 if operation == int(Operation.RDMA_WRITE) else 0
+    msg.has_imm = 1 if with_imm else 0
+    msg.imm = wr.imm_data or 0
+    msg.rkey = wr.rkey
+    msg.va = wr.remote_addr
+    msg.length = length
+    msg.op_first, msg.op_middle, msg.op_last, msg.op_only = first, middle, last, only
+    sges = wr.sg_list
+    sge = ffi.new("netio_sge[]", max(1, len(sges)))
+    handles: list[Any] = []
+    for i, s in enumerate(sges):
+        handle = ffi.from_buffer("uint8_t[]", s.mr.buffer)
+        handles.append(handle)
+        sge[i].ptr = handle + s.offset
+        sge[i].len = s.length
+    noack = ffi.new("uint32_t *", noack_pkts)
+    for run in (into, None):
+        if run is None:
+            if into is None and count > _RUN_CAPACITY:
+                run = TxRun(count, 3 * count + len(sges) + 1)
+            else:
+                run = TxRun(_RUN_CAPACITY, 4 * _RUN_CAPACITY + len(sges) + 1)
+        before = run.payload_bytes
+        if lib.netio_tx_build(msg, sge, len(sges), k0, psn0, count, noack, run.batch) >= 0:
+            run._keep += handles
+            return run, int(noack[0]), run.payload_bytes - before
+    return None
+
+
+class RxRing:
+    """``nslots`` receive slots of ``slot_bytes`` filled by one ``recvmmsg``."""
+
+    def __init__(self, nslots: int = 64, slot_bytes: int = 65536, *, raw: bool = False) -> None:
+        ffi = native.ffi
+        self.nslots = nslots
+        self.slot_bytes = slot_bytes
+        self.raw = raw
+        self._buf = ffi.new("uint8_t[]", nslots * slot_bytes)
+        self._len = ffi.new("uint32_t[]", nslots)
+        self._trunc = ffi.new("uint8_t[]", nslots)
+        self._src_ip = ffi.new("uint32_t[]", nslots)
+        self._src_port = ffi.new("uint32_t[]", nslots)
+        r = ffi.new("netio_rx_ring *")
+        r.buf, r.slot_bytes, r.nslots, r.raw = self._buf, slot_bytes, nslots, int(raw)
+        r.len, r.truncated, r.src_ip, r.src_port = (self._len, self._trunc, self._src_ip,
+                                                    self._src_port)
+        self.ring = r
+        self.view = memoryview(ffi.buffer(self._buf))
+
+    @property
+    def count(self) -> int:
+        return int(self.ring.count)
+
+    def recv(self, fd: int) -> int:
+        """Receive what is waiting (non-blocking): the count, or -errno."""
+        return int(native.lib.netio_rx_recv(fd, self.ring))
+
+    def fill(self, datagrams: list[tuple[bytes, ipaddress.IPv4Address, int]]) -> None:
+        """Put datagrams in the ring as a receive would (tests, simulations)."""
+        if len(datagrams) > self.nslots:
+            raise ValueError("more datagrams than slots")
+        for i, (data, src, port) in enumerate(datagrams):
+            start = i * self.slot_bytes
+            self.view[start:start + len(data)] = data
+            self._len[i] = len(data)
+            self._trunc[i] = 0
+            self._src_ip[i] = int(src)
+            self._src_port[i] = port
+        self.ring.count = len(datagrams)
+
+    def slot(self, i: int) -> memoryview:
+        start = i * self.slot_bytes
+        return self.view[start:start + int(self._len[i])]
+
+    def source(self, i: int) -> tuple[ipaddress.IPv4Address, int]:
+        return ipaddress.IPv4Address(int(self._src_ip[i])), int(self._src_port[i])
+
+    def dest_qp(self, i: int) -> int:
+        """The BTH destination QP of slot ``i`` (-1 when too short)."""
+        data = self.slot(i)
+        off = 28 if self.raw else 0
+        if len(data) < off + 12:
+            return -1
+        return int.from_bytes(data[off + 5:off + 8], "big")
+
+
+class RxPath:
+    """The receive fast path of one engine: a context per QP with a SEND or WRITE in
+    progress, refreshed from (and written back to) that QP's responder."""
+
+    def __init__(self, local_ip: ipaddress.IPv4Address, capacity: int = 64) -> None:
+        ffi = native.ffi
+        self.local_ip = int(local_ip)
+        self.capacity = capacity
+        self._ctx = ffi.new("netio_rx_fast[]", capacity)
+        self._ack = ffi.new("uint32_t *")
+        self._qps: list[QueuePair | None] = [None] * capacity
+        self._keep: list[Any] = [None] * capacity
+        self._index: dict[int, int] = {}
+        self.copies = CopyCounters()
+
+    def forget(self, qp_num: int) -> None:
+        i = self._index.pop(qp_num, None)
+        if i is not None:
+            self._ctx[i].middle_opcode = _OFF
+            self._qps[i] = None
+            self._keep[i] = None
+
+    def refresh(self, qp: QueuePair) -> None:
+        """Load ``qp``'s responder state into its context (or turn the context off)."""
+        i = self._index.get(qp.qp_num)
+        r = qp.responder
+        ctx = r.ctx
+        attrs = qp.attrs
+        target = None
+        if (ctx is not None and int(qp.qp_type) == 2 and qp.state in RECEIVE_STATES
+                and isinstance(attrs.remote_ip, ipaddress.IPv4Address)):
+            if ctx.operation is Operation.RDMA_WRITE:
+                if ctx.mr is not None and attrs.access & Access.REMOTE_WRITE:
+                    target = (ctx.mr.buffer, ctx.mr_offset + ctx.received_bytes,
+                              ctx.dma_length - ctx.received_bytes)
+            elif ctx.operation is Operation.SEND and ctx.recv is not None:
+                skip = ctx.received_bytes
+                for s in ctx.recv.sg_list:
+                    if skip < s.length:
+                        target = (s.mr.buffer, s.offset + skip, s.length - skip)
+                        break
+                    skip -= s.length
+        if target is None:
+            if i is not None:
+                self.forget(qp.qp_num)
+            return
+        if i is None:
+            free = [k for k in range(self.capacity) if self._qps[k] is None]
+            if not free:
+                return
+            i = free[0]
+            self._index[qp.qp_num] = i
+        ffi = native.ffi
+        buffer, offset, room = target
+        handle = ffi.from_buffer("uint8_t[]", buffer, require_writable=True)
+        c = self._ctx[i]
+        c.qpn = qp.qp_num
+        c.middle_opcode = _MIDDLE[int(ctx.operation)]  # type: ignore[union-attr]
+        c.remote_ip = int(attrs.remote_ip)  # type: ignore[arg-type]
+        c.pkey = attrs.pkey
+        c.expected_psn = r.expected_psn
+        c.mtu = attrs.path_mtu_bytes
+        c.dst = handle + offset
+        c.room = room
+        c.received = ctx.received_bytes  # type: ignore[union-attr]
+        c.placed_packets = 0
+        c.placed_bytes = 0
+        self._qps[i] = qp
+        self._keep[i] = handle
+
+    def refresh_all(self) -> None:
+        for qp in list(self._qps):
+            if qp is not None:
+                self.refresh(qp)
+
+    def run(self, ring: RxRing, start: int, verify_icrc: bool) -> tuple[int, int, QueuePair | None]:
+        """Place what the C path can from slot ``start``: (next slot, packets placed, the
+        QP owed an ACK for its last placed PSN or None)."""
+        j = int(native.lib.netio_rx_fast_run(ring.ring, start, self.local_ip,
+                                             1 if verify_icrc else 0, self._ctx,
+                                             self.capacity, self._ack))
+        if j == start:
+            return j, 0, None
+        placed = 0
+        for qp_num, i in self._index.items():
+            c = self._ctx[i]
+            n = int(c.placed_packets)
+            if not n:
+                continue
+            qp = self._qps[i]
+            if qp is None or qp.qp_num != qp_num:
+                continue
+            r = qp.responder
+            ctx = r.ctx
+            nbytes = int(c.placed_bytes)
+            r.expected_psn = int(c.expected_psn)
+            r.nak_sent = False
+            if ctx is not None:
+                ctx.received_bytes = int(c.received)
+            c.placed_packets = 0
+            c.placed_bytes = 0
+            placed += n
+            self.copies.rx_payload_bytes += nbytes
+            self.copies.rx_user_copy_bytes += nbytes  # ring slot -> registered buffer
+        a = int(self._ack[0])
+        owed = self._qps[a] if a != _OFF and a < self.capacity else None
+        return j, placed, owed
+
+
+SlowPath = Callable[[int], None]
+
+__all__ = ["MAX_RUN_PACKETS", "CopyCounters", "RxPath", "RxRing", "TxRun", "build_run"]
