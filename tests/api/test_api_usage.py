@@ -301,3 +301,14 @@ def test_close_from_a_signal_handler(mode: str) -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_soft_rx_mode_takes_its_names_and_refuses_others() -> None:
+    server_ip, _ = soft_addresses()
+    with netio.open("soft", local_addr=server_ip, rx_mode="udp") as ctx:
+        ctx.listen(f"{server_ip}:0").wait(5)
+        ctx.endpoint("rc").wait(5)
+        driver = ctx.backend.driver_for(server_ip)  # type: ignore[attr-defined]
+        assert driver.rx_mode.value == "udp"
+    with pytest.raises(netio.IoError, match="rx_mode 'fast' is not one of auto, raw, udp"):
+        netio.open("soft", rx_mode="fast")

@@ -28,7 +28,7 @@ from netio.backends.base import (
 )
 from netio.backends.soft.driver import DriverConfig, SoftRoceDriver
 from netio.backends.soft.sockets import RxMode
-from netio.errors import RoceError
+from netio.errors import IoError, RoceError
 from netio.roce.engine import CompletionQueue, RoceEngine
 from netio.roce.link import LinkFaults
 from netio.roce.memory import MemoryRegion, ProtectionDomain, Sge
@@ -223,11 +223,15 @@ class SoftBackend:
     name = "soft"
     transport = Transport.ROCE
 
-    def __init__(self, *, local_addr: str | None = None, rx_mode: RxMode = RxMode.AUTO,
+    def __init__(self, *, local_addr: str | None = None, rx_mode: RxMode | str = RxMode.AUTO,
                  faults: LinkFaults | None = None, fault_seed: int = 0) -> None:
         self.pd = ProtectionDomain()
         self._local_addr = local_addr
-        self._rx_mode = rx_mode
+        try:
+            self._rx_mode = RxMode(rx_mode)  # "auto", "raw", "udp" or the enum itself
+        except ValueError:
+            raise IoError(f"rx_mode {rx_mode!r} is not one of "
+                          f"{', '.join(m.value for m in RxMode)}") from None
         self._faults = faults
         self._fault_seed = fault_seed
         self._drivers: dict[ipaddress.IPv4Address, SoftRoceDriver] = {}
