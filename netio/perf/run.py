@@ -12,6 +12,7 @@ posts its control receive only after the data receives that precede it.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import time
 from collections.abc import Callable
@@ -189,7 +190,7 @@ async def run_client(ctx: netio.Context, server: str, spec: RunSpec, timeout_s: 
                      ) -> tuple[list[Result], netio.Endpoint]:
     """Run ``spec`` against a ``netio bench`` server; one result per size, and the first
     endpoint (its ``path`` says what was measured). ``more``: another run follows."""
-    first = await ctx.connect(server, timeout_s=timeout_s)
+    first = await _connect_when_listening(ctx, server, timeout_s)
     endpoints = [first] + [await ctx.connect(server, timeout_s=timeout_s)
                            for _ in range(spec.endpoints - 1)]
     control = _Control.make(ctx, first)
@@ -238,6 +239,20 @@ async def run_client(ctx: netio.Context, server: str, spec: RunSpec, timeout_s: 
             on_result(result)
     await control.send(ctx, "bye", more=more)
     return results, first
+
+
+async def _connect_when_listening(ctx: netio.Context, server: str,
+                                  timeout_s: float) -> Endpoint:
+    """Connect, retrying a refused connection until ``timeout_s`` (as perftest's client
+    waits for its server): the server may start after the client."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return await ctx.connect(server, timeout_s=timeout_s)
+        except netio.ConnectFailed as exc:
+            if exc.errno != errno.ECONNREFUSED or time.monotonic() >= deadline:
+                raise
+            await asyncio.sleep(0.1)
 
 
 def _bw_request(mode: Mode, region: Region, remote: RemoteRegion, size: int,
