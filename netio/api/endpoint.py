@@ -327,6 +327,8 @@ class Endpoint:
                     op.batch.future if op.batch else None)
                 if target is not None and not target.done():
                     target.set_exception(exc)
+                    if isinstance(exc, ClosedError):
+                        target.exception()  # refused after close (shutdown): not news
             return
         self.progress()
 

@@ -717,6 +717,11 @@ class _PeerKeys:
         return theirs
 
 
+def _take_outcome(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 class _PerftestRun:
     def __init__(self, config: PerftestConfig, channel: PerftestChannel,
                  local_ip: ipaddress.IPv4Address, tool_port: int,
@@ -979,6 +984,9 @@ class _PerftestRun:
                 # its last operations may still be completing here; give them time
                 await asyncio.wait({task}, timeout=min(self.config.timeout_s, LINGER_S))
         finally:
+            # An interrupted run's failure is not news: its outcome is taken here, now or
+            # when the cancelled task ends (it may end with the flush error, not the cancel).
+            task.add_done_callback(_take_outcome)
             if not task.done():
                 task.cancel()
             watch.cancel()
