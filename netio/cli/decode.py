@@ -24,6 +24,7 @@ import warnings
 from collections import Counter
 from typing import Any, TextIO
 
+from netio.cli.arg_types import whole_number
 from netio.cli.exit_codes import EXIT_CODES_HELP, ExitCode
 from netio.errors import CaptureError, CaptureWarning, DecodeError
 from netio.pcap import open_capture
@@ -38,15 +39,7 @@ EXIT_UNREADABLE = ExitCode.UNREADABLE
 EXIT_INTERRUPTED = ExitCode.INTERRUPTED
 EXIT_BROKEN_PIPE = ExitCode.BROKEN_PIPE
 
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} frames: must be at least 1")
-    return value
+_positive = whole_number(1, unit="frames")
 
 
 def register(subparsers: Any) -> None:

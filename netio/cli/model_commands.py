@@ -24,6 +24,7 @@ import json
 import sys
 from typing import Any
 
+from netio.cli.arg_types import real_number, whole_number, whole_numbers
 from netio.errors import ModelInputError
 from netio.model.inference import Request, Serving, Speculation, infer
 from netio.model.schema import DTYPE_BYTES, load_model, load_system
@@ -36,55 +37,11 @@ EXIT_INPUT = 3
 
 COMMANDS = ("infer", "sweep", "calibrate", "wafer")
 
-
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, not {v}")
-    return v
-
-
-def _count(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, not {v}")
-    return v
-
-
-def _counts(text: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a list of integers") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"need counts >= 1, not {text!r}")
-    return values
-
-
-def _fraction(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0.0 <= v < 1.0:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1), not {v}")
-    return v
-
-
-def _nonneg_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not v >= 0.0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, not {v}")
-    return v
+_positive = whole_number(1)
+_count = whole_number(0)
+_counts = whole_numbers(1)
+_fraction = real_number(0.0, 1.0, maximum_open=True)
+_nonneg_float = real_number(0.0)
 
 
 def add_parsers(sub: Any, train_parser: argparse.ArgumentParser) -> None:

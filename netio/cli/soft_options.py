@@ -8,47 +8,21 @@ import argparse
 import asyncio
 import errno
 import ipaddress
-import math
 import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from netio.backends.soft import RxMode
+from netio.cli.arg_types import real_number, whole_number
 from netio.cli.exit_codes import ExitCode
 from netio.errors import DriverSocketError, ExchangeError, IoError
 from netio.interop.backend import TOOL_BACKENDS
 from netio.roce import LinkFaults
 
-
-def _probability(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"{value} is not a probability in [0, 1]")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{text} s: must be a positive number of seconds")
-    return value
-
-
-def _microseconds(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of µs") from None
-    if not 0 <= value <= 10_000_000:
-        raise argparse.ArgumentTypeError(f"{value} µs is not in 0..10000000 (10 s)")
-    return value
+_probability = real_number(0.0, 1.0)
+_seconds = real_number(0.0, minimum_open=True, unit="s")
+_microseconds = whole_number(0, 10_000_000, unit="µs")
 
 
 def _ipv4(text: str) -> ipaddress.IPv4Address:
