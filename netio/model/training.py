@@ -82,9 +82,9 @@ FLASH_BACKWARD_FACTOR = 2.5
 #: weight and moments (4 bytes each), plus the compute-type copy of the weight.
 ADAM_BYTES_PER_PARAM = 7 * 4
 #: Share of the SMs that a scale-up (NVLink) collective's kernels hold while they run,
-#: taken from the GEMMs they overlap: calculon's A100 system description
-#: (systems/a100_80g.json, NVLink network "processor_usage": 0.15); NCCL runs one thread
-#: block per channel and uses 16 ring channels on an NVSwitch system (16 of 108 SMs).
+#: taken from the GEMMs they overlap (NCCL runs one thread block per channel on an SM of
+#: its own): calculon's A100 system description (systems/a100_80g.json, NVLink network
+#: "processor_usage": 0.15), an estimate, not a measurement of these runs.
 COMM_SM_SHARE = 0.15
 
 
