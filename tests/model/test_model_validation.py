@@ -72,23 +72,24 @@ def _table5_errors() -> list[tuple[str, float]]:
     return out
 
 
-def test_korthikanti_table5_every_row_within_15_percent_median_within_10() -> None:
-    """NOT the 10 % / 5 % this test held before the software options were modelled.
+def test_korthikanti_table5_every_row_within_15_percent_median_within_7_5() -> None:
+    """NOT the issue's 10 % / 5 %: the strictest bound the model meets with the cited A100
+    GEMM curve of the dgx-a100-80gb preset (cuBLAS 11.0 measurements capped at the
+    power-limited random-data rate: 0.82 of peak for GEMMs of 1.4e11 FLOPs and more).
 
-    With the overlap the 2022 code really did (KORTHIKANTI_2022), every row is faster
-    than published (median -8.6 %: 22B -11.1/-14.5, 175B -8.2/-9.8, 530B -6.4/-8.9, 1T
-    -4.9/-4.6 %), as Narayanan's 2021 rows are (+10-13 % TFLOP/s, below): the earlier fit
-    here relied on charging the backward all-reduces that this software hid. Both papers
-    now say the same thing: the A100 kernels of the dgx-a100-80gb preset are ~10 % too
-    fast at these shapes (its GEMM curve is MAMF's best shape, 0.82-0.86 of peak for
-    2-3e11-FLOP GEMMs). The per-layer times of Korthikanti's Table 4 show it without any
-    pipeline or step term: the model's 22B layer takes 7.2 ms forward and 10.6 ms backward
-    against the measured 7.7 and 11.9."""
+    With the overlap the 2022 code really did (KORTHIKANTI_2022), every row is faster than
+    published: 22B -10.8/-14.2, 175B -7.7/-9.3, 530B -4.0/-6.4, 1T -1.8/-1.4 % (median
+    7.1 %). The earlier diagnosis, a GEMM curve ~10 % too fast at these sizes, is not what
+    the public A100 data say: NVIDIA's own cuBLAS figure, the random-data power cap and the
+    MAMF sweep all give 0.82-0.87 of peak at 1e11-1e12 FLOPs, so the missing ~10 % (largest
+    for the smallest model, 22B) lies elsewhere. The per-layer times of Korthikanti's
+    Table 4 (22B: 7.7 ms forward, 11.9 ms backward, measured) show it without any pipeline
+    or step term."""
     errors = _table5_errors()
     bad = [(row, f"{e:+.1%}") for row, e in errors if abs(e) > 0.15]
     assert not bad, bad
     median = statistics.median(abs(e) for _, e in errors)
-    assert median <= 0.10, (median, errors)
+    assert median <= 0.075, (median, errors)
     # every row errs the same way: a missing cost, not scatter
     assert all(e < 0 for _, e in errors), errors
 
@@ -205,22 +206,21 @@ def test_korthikanti_preset_is_the_175b_seqsel_row() -> None:
         sequence_parallel=True, **KORTHIKANTI_2022)
 
 
-def test_narayanan_table2_within_15_percent() -> None:
-    """NOT the issue's 10 % / 5 % bound: the model is 10-13 % optimistic on these rows
-    (175B +11.4/+10.7/+9.9 %, 530B +13.1/+12.2/+11.1 %).
+def test_narayanan_table2_within_11_percent() -> None:
+    """NOT the issue's 10 % / 5 % bound: the model is 8-11 % optimistic on these rows
+    (175B +10.8/+10.1/+9.4 %, 530B +10.2/+9.4/+8.3 %); 11 % is the strictest bound it meets.
 
     With the 2021 software modelled as it was (NARAYANAN_2021: no overlap of any
     tensor-parallel, pipeline or data-parallel communication) no missing mechanism of the
     software remains that is worth more than a few tenths of a percent: the 2021 optimizer
     (fp16 -> fp32 copy, unscale, clip, Adam, copy back: ~56 bytes per parameter against the
     model's 30) adds ~0.1 %, the flatten/unflatten copies of the gradient all-reduce
-    ~0.1 %, the tied-embedding all-reduce between first and last stage ~0.01 %. The
-    same ~10 % shows in Korthikanti's 2022 rows once their overlap is modelled (test
-    above): the A100 kernel rates of the preset are too fast, not the layout terms. The
-    model is checked to stay within 15 % per row and to reproduce the scaling across GPU
-    counts (bubble and data-parallel terms) within 3 %."""
+    ~0.1 %, the tied-embedding all-reduce between first and last stage ~0.01 %. The GEMM
+    rates are the cited ones of the preset (see the Table 5 test), so the ~10 % is not
+    explained by them either. The model is checked to stay within 11 % per row and to
+    reproduce the scaling across GPU counts (bubble and data-parallel terms) within 3 %."""
     errors = _table2_errors()
-    bad = [(row, f"{e:+.1%}") for row, e in errors if abs(e) > 0.15]
+    bad = [(row, f"{e:+.1%}") for row, e in errors if abs(e) > 0.11]
     assert not bad, bad
     for model_rows in (errors[:3], errors[3:]):
         first = model_rows[0][1]
