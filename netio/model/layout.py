@@ -41,6 +41,8 @@ class Layouts:
     overlap_tp_comm: BoolArray
     compute_dtype: str
     grad_reduce_dtype: str
+    async_tp_grad_comm: BoolArray
+    grad_accumulation_fusion: BoolArray
 
     @classmethod
     def from_execution(cls, ex: Execution) -> Layouts:
@@ -55,7 +57,8 @@ class Layouts:
                    b(ex.sequence_parallel), i(ex.zero_stage), i(ex.micro_batch_size),
                    i(ex.global_batch_size), i(int(ex.recompute)), i(int(ex.attention)),
                    b(ex.overlap_grad_reduce), b(ex.overlap_tp_comm), ex.compute_dtype,
-                   ex.grad_reduce_dtype)
+                   ex.grad_reduce_dtype, b(ex.async_tp_grad_comm),
+                   b(ex.grad_accumulation_fusion))
 
     def __len__(self) -> int:
         return int(self.tensor_parallel.size)

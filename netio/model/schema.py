@@ -50,7 +50,16 @@ Execution
     ``compute_dtype``, ``grad_reduce_dtype``, ``overlap_grad_reduce`` (data-parallel
     reduction behind the last backward), ``overlap_tp_comm`` (with sequence parallelism,
     the tensor-parallel all-gathers and reduce-scatters pipelined with the GEMMs that
-    consume and produce them, as Megatron's ``--tp-comm-overlap``).
+    consume and produce them, as Megatron's ``--tp-comm-overlap``). Two optional
+    switches say what the software version did, both defaulting to what Megatron-LM has
+    done since 2022: ``async_tp_grad_comm`` (the backward tensor-parallel collectives of
+    the column-parallel GEMMs run on a second stream under their weight- or
+    input-gradient GEMM; Megatron-LM since commit 3f65246911, 2021-09-02,
+    ``--no-async-tensor-model-parallel-allreduce`` turns it off) and
+    ``grad_accumulation_fusion`` (the weight-gradient GEMM adds into the main gradient
+    in its epilogue instead of a separate accumulation pass; commit 83b1e42f30,
+    2022-02-13, ``--no-gradient-accumulation-fusion``). The 2021 code of Narayanan et al.
+    had neither.
 """
 
 from __future__ import annotations
@@ -223,6 +232,8 @@ class Execution:
     grad_reduce_dtype: str
     overlap_grad_reduce: bool
     overlap_tp_comm: bool
+    async_tp_grad_comm: bool = True
+    grad_accumulation_fusion: bool = True
 
     @property
     def accelerators(self) -> int:
@@ -456,7 +467,10 @@ def execution_from_dict(data: Mapping[str, Any], path: str = "<execution>") -> E
         Recompute[r.str_("recompute", [x.name.lower() for x in Recompute]).upper()],
         Attention[r.str_("attention", [x.name.lower() for x in Attention]).upper()],
         r.str_("compute_dtype", list(DTYPE_BYTES)), r.str_("grad_reduce_dtype", list(DTYPE_BYTES)),
-        r.bool_("overlap_grad_reduce"), r.bool_("overlap_tp_comm"))
+        r.bool_("overlap_grad_reduce"), r.bool_("overlap_tp_comm"),
+        # optional: what Megatron-LM has done by default since 2022 (see the docstring)
+        r.bool_("async_tp_grad_comm") if r.has("async_tp_grad_comm") else True,
+        r.bool_("grad_accumulation_fusion") if r.has("grad_accumulation_fusion") else True)
     r.done()
     if ex.zero_stage > 3:
         raise r.fail("zero_stage", f"must be 0, 1, 2 or 3, not {ex.zero_stage}")

@@ -138,7 +138,9 @@ def training_layouts(system: System, model: Model, accelerators: list[int], base
         recompute=a[:, 8], attention=full(int(base.attention)),
         overlap_grad_reduce=full(base.overlap_grad_reduce).astype(np.bool_),
         overlap_tp_comm=full(base.overlap_tp_comm).astype(np.bool_),
-        compute_dtype=base.compute_dtype, grad_reduce_dtype=base.grad_reduce_dtype)
+        compute_dtype=base.compute_dtype, grad_reduce_dtype=base.grad_reduce_dtype,
+        async_tp_grad_comm=full(base.async_tp_grad_comm).astype(np.bool_),
+        grad_accumulation_fusion=full(base.grad_accumulation_fusion).astype(np.bool_))
 
 
 def layout_execution(lay: Layouts, i: int) -> Execution:
@@ -154,7 +156,9 @@ def layout_execution(lay: Layouts, i: int) -> Execution:
         recompute=Recompute(int(lay.recompute[i])), attention=Attention(int(lay.attention[i])),
         compute_dtype=lay.compute_dtype, grad_reduce_dtype=lay.grad_reduce_dtype,
         overlap_grad_reduce=bool(lay.overlap_grad_reduce[i]),
-        overlap_tp_comm=bool(lay.overlap_tp_comm[i]))
+        overlap_tp_comm=bool(lay.overlap_tp_comm[i]),
+        async_tp_grad_comm=bool(lay.async_tp_grad_comm[i]),
+        grad_accumulation_fusion=bool(lay.grad_accumulation_fusion[i]))
 
 
 @dataclass(frozen=True, slots=True)

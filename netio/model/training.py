@@ -26,7 +26,15 @@ Communication, exposed unless said otherwise:
   way plus the two all-gathers redone in backward (Korthikanti et al. section 4.2.2);
   with ``overlap_tp_comm`` (sequence parallelism only) hidden behind the layer's GEMMs
   of the same direction where they are shorter: an upper bound on the gain, since the
-  SMs the communication kernels occupy are not charged to the GEMMs.
+  SMs the communication kernels occupy are not charged to the GEMMs. With
+  ``async_tp_grad_comm`` (Megatron since late 2021) the backward collectives of the
+  column-parallel GEMMs (QKV, FC1) run under those GEMMs' gradient GEMMs, each adding
+  ``max(comm - gemm, COMM_SM_SHARE * comm)``: the SMs the collective holds are taken
+  from the GEMM.
+* weight-gradient accumulation over micro-batches: a separate pass (read the
+  compute-type gradient, read and write the accumulator) or, with
+  ``grad_accumulation_fusion``, in the gradient GEMM's epilogue, where it costs only
+  what its traffic exceeds the GEMMs' compute.
 * context parallel: the ring exchange of K and V, hidden behind the attention compute
   of the same step where it is shorter.
 * expert parallel: an all-to-all to dispatch and one to combine the routed tokens,
@@ -73,6 +81,11 @@ FLASH_BACKWARD_FACTOR = 2.5
 #: Adam step traffic per parameter: read fp32 weight, gradient, two moments; write
 #: weight and moments (4 bytes each), plus the compute-type copy of the weight.
 ADAM_BYTES_PER_PARAM = 7 * 4
+#: Share of the SMs that a scale-up (NVLink) collective's kernels hold while they run,
+#: taken from the GEMMs they overlap (NCCL runs one thread block per channel on an SM of
+#: its own): calculon's A100 system description (systems/a100_80g.json, NVLink network
+#: "processor_usage": 0.15), an estimate, not a measurement of these runs.
+COMM_SM_SHARE = 0.15
 
 
 class Infeasible(IntEnum):
@@ -85,6 +98,15 @@ class Infeasible(IntEnum):
     HEADS_NOT_DIVISIBLE = 4
     EXPERTS_NOT_DIVISIBLE = 5
     SEQUENCE_NOT_DIVISIBLE = 6
+
+
+def _overlapped(comm_s: FloatArray, gemm_s: FloatArray) -> FloatArray:
+    """What a collective on a second stream adds to the GEMM it runs under.
+
+    While the collective runs its kernels hold ``COMM_SM_SHARE`` of the SMs, so the GEMM
+    advances at ``1 - share`` of its speed: the pair takes ``max(comm, gemm + share *
+    comm)``, i.e. it adds ``max(comm - gemm, share * comm)`` to the GEMM alone."""
+    return np.asarray(np.maximum(comm_s - gemm_s, COMM_SM_SHARE * comm_s), dtype=np.float64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,8 +210,10 @@ def _layer_ops(system: System, model: Model, lay: Layouts) -> dict[str, FloatArr
     norms = 2 * _time(system, dt, _Op(zero, 2 * el * tok * h / q))
     bda = 2 * _time(system, dt, _Op(zero, (3 * el + drop) * tok * h / q))
     act = _time(system, dt, _Op(zero, el * tok * ffn_cols * (gate + 1) / t))
+    # qkv and fc1 are the column-parallel GEMMs whose backward carries the tensor-parallel
+    # collectives that the async path hides (their gradient GEMMs take their forward time).
     return {"gemm": qkv + proj + fc1 + fc2 + router, "attn_core": attn_core,
-            "attn_mem": attn_mem, "mem": norms + bda + act}
+            "attn_mem": attn_mem, "mem": norms + bda + act, "qkv": qkv, "fc1": fc1}
 
 
 def _flops_per_token_layer(model: Model) -> float:
@@ -247,6 +271,16 @@ def evaluate(system: System, model: Model, lay: Layouts) -> StepArrays:
     rs, _ = best_time(Collective.REDUCE_SCATTER, act_bytes, tp_paths)
     tp_fwd = np.where(sp, 2 * (ag + rs), 2 * ar)
     tp_bwd = np.where(sp, 2 * (ag + rs) + 2 * ag, 2 * ar)
+    # async_tp_grad_comm (Megatron-LM's LinearWithGradAccumulationAndAsyncCommunication):
+    # in the backward of each column-parallel GEMM (QKV, FC1) the input-gradient
+    # all-reduce runs under the weight-gradient GEMM; with sequence parallelism the
+    # re-gather of the input runs under the input-gradient GEMM and the reduce-scatter of
+    # that gradient under the weight-gradient GEMM. The row-parallel backward collectives
+    # (all-gathers of the output gradient with sequence parallelism) stay exposed.
+    col = (ops["qkv"], ops["fc1"])
+    async_bwd = np.where(sp, 2 * ag + sum(_overlapped(ag, g) + _overlapped(rs, g) for g in col),
+                         sum(_overlapped(ar, g) for g in col))
+    tp_bwd = np.where(lay.async_tp_grad_comm, async_bwd, tp_bwd)
     # With --tp-comm-overlap (sequence parallel only) the gathers and reduce-scatters run
     # in chunks under the GEMMs that consume and produce them: only the excess shows.
     hide = sp & lay.overlap_tp_comm
@@ -280,6 +314,12 @@ def evaluate(system: System, model: Model, lay: Layouts) -> StepArrays:
     layer_params_rank = split / t + replicated + expert_params(model) / (ep * t)
     accum_bytes = layer_params_rank * (el + 2 * float(lay.grad_bytes))
     accum = _time(system, lay.compute_dtype, _Op(np.zeros_like(t), accum_bytes))
+    # grad_accumulation_fusion: the weight-gradient GEMM reads and writes the accumulator
+    # in its epilogue (no compute-type gradient is written and read back); that traffic
+    # costs time only where it exceeds the GEMMs' compute, as a roofline would have it.
+    fused_bytes = layer_params_rank * 2 * float(lay.grad_bytes)
+    fused = _time(system, lay.compute_dtype, _Op(np.zeros_like(t), fused_bytes))
+    accum = np.where(lay.grad_accumulation_fusion, np.maximum(fused - ops["gemm"], 0.0), accum)
     per_layer_compute = fwd_compute + bwd_compute + re_compute
     per_layer_mem = fwd_mem + bwd_mem + re_mem + accum
 
@@ -431,6 +471,11 @@ class TrainResult:
                 f"{ex.attention.name.lower()} attention", ex.compute_dtype]
         if ex.sequence_parallel:
             opts.insert(0, "sequence parallel")
+        # the pre-2022 software choices are named; the current defaults are not
+        if not ex.async_tp_grad_comm:
+            opts.append("synchronous TP backward")
+        if not ex.grad_accumulation_fusion:
+            opts.append("separate gradient accumulation")
         return " x ".join(parts) + "; " + ", ".join(opts)
 
     def to_json_dict(self) -> dict[str, object]:

@@ -128,7 +128,9 @@ def _grid(n: int, seed: int) -> tuple[Layouts, list[Execution]]:
               attention=str(rng.choice(["flash", "unfused"])),
               sequence_parallel=bool(rng.integers(0, 2)),
               overlap_grad_reduce=bool(rng.integers(0, 2)),
-              overlap_tp_comm=bool(rng.integers(0, 2))) for _ in range(n)]
+              overlap_tp_comm=bool(rng.integers(0, 2)),
+              async_tp_grad_comm=bool(rng.integers(0, 2)),
+              grad_accumulation_fusion=bool(rng.integers(0, 2))) for _ in range(n)]
     singles = [Layouts.from_execution(e) for e in exs]
     stacked = Layouts(*[np.concatenate([getattr(s, f.name) for s in singles])
                         if f.name not in ("compute_dtype", "grad_reduce_dtype")
@@ -232,7 +234,9 @@ def test_any_layout_on_any_preset_gives_a_finite_step() -> None:
         global_batch_size=rng.choice([1, 7, 64, 1024, 4096], n),
         recompute=rng.integers(0, 3, n), attention=rng.integers(0, 2, n),
         overlap_grad_reduce=rng.integers(0, 2, n).astype(bool),
-        overlap_tp_comm=rng.integers(0, 2, n).astype(bool)).items()})
+        overlap_tp_comm=rng.integers(0, 2, n).astype(bool),
+        async_tp_grad_comm=rng.integers(0, 2, n).astype(bool),
+        grad_accumulation_fusion=rng.integers(0, 2, n).astype(bool)).items()})
     for system_name in preset_names("system"):
         system = load_system(system_name)
         if system.weight_streaming is not None:
@@ -256,3 +260,86 @@ def test_tp_comm_overlap_hides_sequence_parallel_collectives_behind_gemms() -> N
     no_sp = dict(sequence_parallel=False, **kw)
     assert train(system, model, ex(overlap_tp_comm=True, **no_sp)).step_s \
         == train(system, model, ex(**no_sp)).step_s
+
+
+def _tp_all_reduce_s(system: System, model: Model, micro_batch: int) -> float:
+    """One tensor-parallel all-reduce of a layer's activations over the 8 GPUs of a node,
+    from the collective model (the quantity the async path hides)."""
+    from netio.model.collectives import Collective, best_time, paths
+    from netio.model.layout import ranks_per_node
+
+    t = np.asarray([8.0])
+    act = np.asarray([2.0 * micro_batch * model.sequence_length * model.hidden_size])
+    time, _ = best_time(Collective.ALL_REDUCE, act, paths(system, t, ranks_per_node(t, 1, 8)))
+    return float(time[0])
+
+
+def test_async_tp_grad_comm_hides_backward_collectives_but_not_for_free() -> None:
+    # Megatron's column-parallel backward (QKV and FC1) all-reduces the input gradient on
+    # a second stream under the weight-gradient GEMM. Without sequence parallelism that
+    # is 2 of the 6 all-reduces per layer with full recomputation (forward, recomputed
+    # forward, backward: 2 each): the saving is at most 2 all-reduces per layer and at
+    # least 2 x (1 - share) of what the GEMMs can cover; it never changes the GEMMs.
+    from netio.model.training import COMM_SM_SHARE
+
+    system, model = load_system("dgx-a100-80gb"), load_model("gpt3-175b")
+    kw = dict(tensor_parallel=8, pipeline_parallel=8, data_parallel=1, global_batch_size=8,
+              micro_batch_size=1, recompute="full", sequence_parallel=False,
+              attention="unfused", compute_dtype="fp16", grad_reduce_dtype="fp16",
+              overlap_grad_reduce=False, grad_accumulation_fusion=False)
+    sync = train(system, model, ex(async_tp_grad_comm=False, **kw))
+    hidden = train(system, model, ex(async_tp_grad_comm=True, **kw))
+    assert hidden.breakdown_s["compute"] == sync.breakdown_s["compute"]
+    saved = sync.breakdown_s["tp_communication"] - hidden.breakdown_s["tp_communication"]
+    ar = _tp_all_reduce_s(system, model, 1)
+    per_layer = saved / (8 * (model.layers / 8))  # 8 micro-batches, 12 layers per stage
+    assert 0.0 < per_layer <= 2 * ar * (1 - COMM_SM_SHARE) + 1e-12
+    assert per_layer > 2 * ar * (1 - COMM_SM_SHARE) * 0.5
+    # with sequence parallelism the re-gather and the reduce-scatter are hidden instead
+    sp = dict(kw, sequence_parallel=True, recompute="selective")
+    assert train(system, model, ex(async_tp_grad_comm=True, **sp)).breakdown_s[
+        "tp_communication"] < train(system, model, ex(async_tp_grad_comm=False, **sp)) \
+        .breakdown_s["tp_communication"]
+
+
+def test_overlapped_collective_costs_at_least_its_sm_share() -> None:
+    # A collective far shorter than its GEMM still takes SMs from it: the pair is never
+    # cheaper than the GEMM plus share x the collective (and never dearer than serial).
+    from netio.model.training import COMM_SM_SHARE, _overlapped
+
+    comm = np.asarray([1.0, 1.0, 5.0])
+    gemm = np.asarray([10.0, 1.0, 1.0])
+    added = _overlapped(comm, gemm)
+    assert list(added) == pytest.approx([COMM_SM_SHARE, COMM_SM_SHARE, 4.0])
+    assert np.all(added <= comm)
+
+
+def test_gradient_accumulation_fusion_removes_the_accumulation_pass() -> None:
+    # Unfused, every micro-batch writes a compute-type weight gradient and a separate
+    # kernel adds it into the main gradient (read it, read and write the accumulator);
+    # fused, the weight-gradient GEMM does the add in its epilogue, which on these
+    # compute-bound GEMMs costs no time. The difference is the pass's traffic.
+    system, model = load_system("dgx-a100-80gb"), load_model("gpt3-175b")
+    kw = dict(tensor_parallel=8, pipeline_parallel=8, data_parallel=1, global_batch_size=8,
+              micro_batch_size=1, recompute="full", sequence_parallel=False,
+              attention="unfused", compute_dtype="fp16", grad_reduce_dtype="fp32",
+              overlap_grad_reduce=False, async_tp_grad_comm=False)
+    plain = train(system, model, ex(grad_accumulation_fusion=False, **kw))
+    fused = train(system, model, ex(grad_accumulation_fusion=True, **kw))
+    assert fused.breakdown_s["compute"] == plain.breakdown_s["compute"]
+    saved = plain.breakdown_s["memory_bound"] - fused.breakdown_s["memory_bound"]
+    params_rank = 12 * model.hidden_size ** 2 / 8 * (model.layers / 8)  # 12 h^2 per layer
+    traffic = params_rank * (2 + 2 * 4) * 8  # per micro-batch: read fp16, read+write fp32
+    bw = system.accelerator.memory_bandwidth_bytes_per_s
+    assert traffic / bw < saved < traffic / (0.5 * bw)
+
+
+def test_new_execution_switches_default_to_current_megatron() -> None:
+    base = {f.name: getattr(ex(), f.name) for f in dataclasses.fields(Execution)
+            if f.name not in ("async_tp_grad_comm", "grad_accumulation_fusion")}
+    base["recompute"] = base["recompute"].name.lower()
+    base["attention"] = base["attention"].name.lower()
+    e = execution_from_dict(base)
+    assert e.async_tp_grad_comm and e.grad_accumulation_fusion
+    with pytest.raises(ModelInputError, match="async_tp_grad_comm"):
+        execution_from_dict(dict(base, async_tp_grad_comm="yes"))
