@@ -30,6 +30,12 @@ with the system's achieved-efficiency curves, and the times add up:
   with :mod:`netio.model.collectives` on the system's links.
 * the last stage adds the LM head, ``2 n_s h V / tp`` for the ``n_s`` sequences that
   sample a token.
+* GEMM FLOPs are counted over whole tiles of rows (Hopper's warpgroup MMA is 64 rows
+  high), and FP8 GEMMs reach 0.875 of the bf16 efficiency (NVIDIA's published FP8/BF16
+  speed-up; :class:`Serving`).
+* the host: the executor walks every request of the batch once per iteration while the
+  GPU runs the previous one, so an iteration lasts ``max(gpu + exposed, host)``
+  (``overhead_s`` is what the host adds; sources in :class:`Serving`).
 
 **Serving at steady state** (the quantity ``trtllm-bench throughput`` and vLLM's
 ``benchmark_throughput`` report): ``B`` requests in flight, limited by the KV cache that
@@ -104,21 +110,39 @@ class Serving:
     #: iteration is added to it from the model's shape.
     runtime_reserve_bytes: float = GiB
     #: Achieved GEMM efficiency of a data type relative to the system's matmul curve
-    #: (measured in bf16). FP8 doubles the tensor-core rate at the same power limit, so
-    #: clocks drop and a smaller fraction of the datasheet peak can be reached. Evidence:
-    #: DeepGEMM's hand-tuned FP8 kernels reach "up to 1550 TFLOPS on H800"
-    #: (github.com/deepseek-ai/DeepGEMM README), 0.78 of the 1979 TFLOPS peak, at the best
-    #: shapes; a public cross-check of cuBLASLt against PyTorch's ``_scaled_mm`` at 8192^3
-    #: measured ~1,610 and ~1,175 FP8 TFLOPS (0.81 and 0.59 of peak). The value 0.82
-    #: (plateau 0.80 -> 0.66) lies inside that range but was chosen with the TensorRT-LLM
-    #: validation rows in view: treat it as an engine-level calibration, not a sourced
-    #: figure (at 1.0 the validation rows come out 13-32 % optimistic; README).
+    #: (measured in bf16). Source: NVIDIA's cuBLAS 12.9 release post ("Boosting Matrix
+    #: Multiplication Speed and Flexibility with NVIDIA cuBLAS 12.9", developer.nvidia.com
+    #: blog, 2025): on Hopper, FP8 matmuls (channel- and block-scaled) run 1.75x as fast as
+    #: the BF16 baseline for large matmuls and at least 1.25x for most other shapes. At
+    #: twice the peak, 1.75x is 0.875 of the bf16 efficiency: the plateau value, taken as
+    #: it is (the smaller shapes are already slower through the curve itself; their 1.25x
+    #: floor is a lower bound, not a size-indexed curve). Consistent with a public cuBLASLt
+    #: check at 8192^3 (~1,610 FP8 TFLOPS, 0.81 of peak, against the bf16 MAMF 0.80) and
+    #: DeepGEMM's best 0.78 of peak on H800. Not fitted to any throughput row.
     matmul_efficiency_ratio_by_dtype: Mapping[str, float] = field(
-        default_factory=lambda: {"fp8": 0.82})
-    #: Host time per engine iteration not hidden behind the GPU (scheduling, sampling,
-    #: launch gaps). Engines with CUDA graphs and an overlapped scheduler hide most of it;
-    #: 0 unless measured.
-    iteration_overhead_s: float = 0.0
+        default_factory=lambda: {"fp8": 0.875})
+    #: Rows (tokens) a GEMM kernel computes at a time: Hopper's warpgroup MMA
+    #: (``wgmma.mma_async``, PTX ISA 8.0, "Warpgroup MMA" shapes m64nNk16 / m64nNk32) has
+    #: M = 64 for every type, so a GEMM over ``m`` tokens does the work of
+    #: ``ceil(m / 64) * 64``. Below 64 tokens kernels swap the operands (the weight takes
+    #: the M side, tokens the N side, which steps by 8: FlashInfer's
+    #: ``fp8_blockscale_gemm_sm90`` swaps for M < 32; TensorRT-LLM's small-M kernels do the
+    #: same), so small batches pad to a multiple of ``gemm_swap_tile_rows``. 1 turns it off.
+    gemm_row_tile: int = 64
+    gemm_swap_tile_rows: int = 8
+    #: Host work of one iteration (scheduling, input preparation, sampler bookkeeping,
+    #: one Python pass per request in the batch). TensorRT-LLM's PyTorch executor overlaps
+    #: it with the previous iteration's GPU work (one step of lookahead), so an iteration
+    #: lasts ``max(gpu + iteration_overhead_s, host_per_request_s * requests)``.
+    #: ``host_per_request_s``: 45.11 ms of host time per iteration for 1,536 requests per
+    #: rank (GPT-OSS-120B, GB200, attention-DP 2, max_batch_size 1536, "host overhead is
+    #: the bottleneck"; NVIDIA/TensorRT-LLM pull request 10273), 29.4 us per request.
+    #: ``iteration_overhead_s``: the part that is exposed even when the host keeps up,
+    #: ~580 us per iteration (Llama-3.1-8B FP8, B200, 1k/1k at concurrency 64, nsys trace;
+    #: NVIDIA/TensorRT-LLM issue 13957). Both measured on other GPUs and CPUs than the
+    #: validation rows; neither is fitted to them.
+    iteration_overhead_s: float = 580e-6
+    host_per_request_s: float = 45.11e-3 / 1536
     #: Average number of prompt tokens a prefill token attends to, as a fraction of the
     #: prompt: 0.5 for causal attention.
     causal_fraction: float = 0.5
@@ -137,6 +161,10 @@ class Serving:
             raise ModelInputError("kv_cache_memory_fraction", "must be in (0, 1]")
         if self.max_batch_size < 1:
             raise ModelInputError("max_batch_size", "must be >= 1")
+        if self.iteration_overhead_s < 0 or self.host_per_request_s < 0:
+            raise ModelInputError("iteration_overhead_s", "host times must be >= 0")
+        if self.gemm_row_tile < 1 or self.gemm_swap_tile_rows < 1:
+            raise ModelInputError("gemm_row_tile", "tiles must be >= 1 row")
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,6 +339,16 @@ def roofline_s(system: System, dtype: str, ratio: float, flops: FloatArray,
     return np.asarray(np.maximum(compute, mem), dtype=np.float64)
 
 
+def padded_rows(serving: Serving, rows: FloatArray) -> FloatArray:
+    """Rows a GEMM over ``rows`` tokens computes: whole ``gemm_row_tile`` tiles, or
+    whole ``gemm_swap_tile_rows`` steps below half a tile, where kernels swap the
+    operands (see :class:`Serving`). Zero rows stay zero."""
+    big = float(serving.gemm_row_tile)
+    small = float(serving.gemm_swap_tile_rows)
+    r = np.asarray(rows, dtype=np.float64)
+    return np.where(r < big / 2.0, np.ceil(r / small) * small, np.ceil(r / big) * big)
+
+
 def iteration(system: System, model: Model, serving: Serving, tp: FloatArray,
               pp: FloatArray, ep: FloatArray, decode_seqs: FloatArray,
               tokens_per_seq: FloatArray, prefill_tokens: FloatArray,
@@ -330,7 +368,10 @@ def iteration(system: System, model: Model, serving: Serving, tp: FloatArray,
     def gemm(k: float | FloatArray, n: float | FloatArray, rows: FloatArray | None = None,
              count: float | FloatArray = 1.0, frac: float | FloatArray = 1.0) -> FloatArray:
         r = m if rows is None else rows
-        flops = 2.0 * r * k * n
+        # The tensor cores work on whole tiles of rows: each touched matrix (one, or the
+        # experts the tokens reach) computes its rows rounded up to the tile.
+        mats = np.maximum(count * frac, 1e-12)
+        flops = 2.0 * padded_rows(serving, r / mats) * mats * k * n
         bytes_ = wb * k * n * count * frac + r * k * wb + r * n * ab
         return roofline_s(system, wd, ratio_w, flops, bytes_, count)
 
@@ -374,7 +415,7 @@ def iteration(system: System, model: Model, serving: Serving, tp: FloatArray,
     elem = roofline_s(system, ad, 1.0, zero, m * per_tok)
     # LM head on the last stage (in the activation type), for the sampled sequences.
     v = float(model.vocab_size)
-    head = roofline_s(system, ad, ratio_a, 2.0 * sampled_seqs * h * v / tp,
+    head = roofline_s(system, ad, ratio_a, 2.0 * padded_rows(serving, sampled_seqs) * h * v / tp,
                      ab * (h * v / tp + sampled_seqs * (h + v / tp)))
     # Communication.
     G = system.node.accelerators
@@ -391,10 +432,15 @@ def iteration(system: System, model: Model, serving: Serving, tp: FloatArray,
     pp_paths = paths(system, np.full_like(pp, 2.0), ranks_per_node(2, tp, G))
     hop, _ = best_time(Collective.SEND_RECV, act / tp, pp_paths)
     pp_comm = np.where(pp > 1, hop, 0.0)
+    gpu = (layers * (g + attn + elem) + head / pp + tp_comm + ep_comm + pp_comm)
+    # Host: each stage's executor walks the requests of its micro-batch once per
+    # iteration; what the GPU's own work does not cover is exposed (Serving).
+    host = serving.host_per_request_s * sampled_seqs
+    overhead = np.maximum(serving.iteration_overhead_s, host - gpu)
     return IterationArrays(
         gemm_s=layers * g, attention_s=layers * attn, elementwise_s=layers * elem,
         lm_head_s=head / pp, tp_comm_s=tp_comm, ep_comm_s=ep_comm, pp_comm_s=pp_comm,
-        overhead_s=zero + serving.iteration_overhead_s / pp)
+        overhead_s=zero + overhead)
 
 
 # --- serving ---------------------------------------------------------------------------------
