@@ -362,7 +362,8 @@ def _wafer(args: argparse.Namespace) -> int:
           f"MFU {tr.mfu:.1%}")
     print(f"  {tr.sentence}")
     print(f"SRAM-resident inference on {inf.wafers} wafers ({inf.weights_bytes / 1e9:.1f} GB "
-          f"of weights), {req.input_tokens} in / {req.output_tokens} out:")
+          f"of weights), {req.input_tokens} in / {req.output_tokens} out"
+          f"{' (an upper bound; ' + inf.note + ')' if inf.note else ''}:")
     for row in inf.rows:
         print(f"  batch {row.batch:>5}: {row.tokens_per_s_per_user:>10,.0f} tokens/s per user, "
               f"{row.system_tokens_per_s:>12,.0f} tokens/s in all")
