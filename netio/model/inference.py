@@ -88,7 +88,10 @@ GiB = float(1 << 30)
 class Serving:
     """The serving engine's settings and the efficiency knobs of the inference model.
 
-    Every default is named and sourced; none is fitted to a published throughput.
+    Every default is named and sourced; none is fitted to a published throughput. The
+    kernel and host figures (FP8/BF16 ratio, 64-row tile, host time per request) are
+    Hopper's and TensorRT-LLM's PyTorch executor's: for another accelerator or engine,
+    pass its own (``gemm_row_tile=1``, ``host_per_request_s=0`` turn the terms off).
     """
 
     weight_dtype: str = "fp8"
