@@ -129,8 +129,8 @@ class Serving:
     #: M = 64 for every type, so a GEMM over ``m`` tokens does the work of
     #: ``ceil(m / 64) * 64``. Below 64 tokens kernels swap the operands (the weight takes
     #: the M side, tokens the N side, which steps by 8: FlashInfer's
-    #: ``fp8_blockscale_gemm_sm90`` swaps for M < 32; TensorRT-LLM's small-M kernels do the
-    #: same), so small batches pad to a multiple of ``gemm_swap_tile_rows``. 1 turns it off.
+    #: ``fp8_blockscale_gemm_sm90`` documents the swap for M < 32), so small batches pad
+    #: to a multiple of ``gemm_swap_tile_rows``. 1 turns it off.
     gemm_row_tile: int = 64
     gemm_swap_tile_rows: int = 8
     #: Host work of one iteration (scheduling, input preparation, sampler bookkeeping,
