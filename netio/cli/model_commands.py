@@ -114,6 +114,9 @@ def add_parsers(sub: Any, train_parser: argparse.ArgumentParser) -> None:
                    help="acceptance rate per drafted token (Leviathan et al. alpha)")
     i.add_argument("--mean-accepted", type=float, default=None,
                    help="mean tokens accepted per step, for tree/multi-head drafts")
+    i.add_argument("--verify-tokens", type=_positive, default=None,
+                   help="tokens per sequence the target verifies per step, for tree drafts "
+                   "(default: draft tokens + 1)")
     i.add_argument("--draft-model", default=None, help="draft model file or preset")
     i.add_argument("--draft-cost", type=_nonneg_float, default=0.0,
                    help="draft cost per drafted token as a fraction of a target decode step")
@@ -219,7 +222,7 @@ def _infer(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         spec = Speculation(acceptance_rate=args.acceptance,
                            mean_accepted_tokens=args.mean_accepted, draft=draft,
-                           cost_ratio=args.draft_cost)
+                           cost_ratio=args.draft_cost, verify_tokens=args.verify_tokens)
     req = Request(args.input_tokens, args.output_tokens)
     r = infer(system, model, req, serving, tp=args.tp, pp=args.pp, ep=args.ep,
               concurrency=args.concurrency, draft_tokens=args.draft_tokens, speculation=spec,

@@ -28,8 +28,8 @@ with the system's achieved-efficiency curves, and the times add up:
   column/row split); expert parallel: an all-to-all to dispatch and one to combine the
   routed tokens; pipeline parallel: one send/recv of ``m h`` per stage boundary; all
   with :mod:`netio.model.collectives` on the system's links.
-* the last stage adds the LM head, ``2 n_s h V / tp`` for the ``n_s`` sequences that
-  sample a token.
+* the last stage adds the LM head, ``2 n_s h V / tp`` for the ``n_s`` positions whose
+  logits are needed: one per sequence, every verified token of a speculative step.
 * GEMM FLOPs are counted over whole tiles of rows (Hopper's warpgroup MMA is 64 rows
   high), and FP8 GEMMs reach 0.875 of the bf16 efficiency (NVIDIA's published FP8/BF16
   speed-up; :class:`Serving`).
@@ -55,7 +55,8 @@ tokens, one verification yields ``(1 - alpha^(gamma+1)) / (1 - alpha)`` tokens i
 expectation (their Theorem 3.8); tree or multi-head drafts (EAGLE, Medusa) are given as
 a mean accepted length instead. The cost of a step is ``gamma`` draft iterations (a draft
 model on the same ranks, or ``c`` times a target decode iteration: the paper's cost
-coefficient) plus one target iteration over ``gamma + 1`` tokens per sequence. Unlike
+coefficient) plus one target iteration over ``gamma + 1`` tokens per sequence, or over
+the tree's nodes and root for a tree draft (EAGLE: 5 draft passes, 26 tokens verified). Unlike
 the paper's speed-up formula, which assumes verification costs one decode step, the
 verification here is timed by the roofline: at batch 1 it reads the weights once and is
 as cheap as one decode step; as the batch grows it becomes compute-bound and costs up to
@@ -193,6 +194,10 @@ class Speculation:
     mean_accepted_tokens: float | None = None
     draft: Model | None = None
     cost_ratio: float = 0.0
+    #: Tokens per sequence the target verifies in one pass. A chain of ``gamma`` drafted
+    #: tokens verifies ``gamma + 1`` (None); a tree draft verifies all its nodes plus the
+    #: root, more than its depth (EAGLE's tree: 5 draft passes, 25 nodes, 26 tokens).
+    verify_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.acceptance_rate < 1.0:
@@ -201,6 +206,9 @@ class Speculation:
             raise ModelInputError("mean_accepted_tokens", "must be >= 1 (the bonus token)")
         if self.cost_ratio < 0.0:
             raise ModelInputError("cost_ratio", "must be >= 0")
+        if self.verify_tokens is not None and self.verify_tokens < 2:
+            raise ModelInputError("verify_tokens", "must be >= 2 (a drafted token and the "
+                                  "bonus token)")
 
 
 def expected_tokens(alpha: npt.ArrayLike, gamma: npt.ArrayLike) -> FloatArray:
@@ -356,8 +364,13 @@ def iteration(system: System, model: Model, serving: Serving, tp: FloatArray,
               pp: FloatArray, ep: FloatArray, decode_seqs: FloatArray,
               tokens_per_seq: FloatArray, prefill_tokens: FloatArray,
               decode_context: FloatArray, prefill_context: FloatArray,
-              sampled_seqs: FloatArray) -> IterationArrays:
-    """Time of one iteration of one pipeline stage (see the module doc), per layout."""
+              sampled_seqs: FloatArray,
+              logit_rows: FloatArray | None = None) -> IterationArrays:
+    """Time of one iteration of one pipeline stage (see the module doc), per layout.
+    ``sampled_seqs`` requests are walked by the host; ``logit_rows`` positions go through
+    the LM head (``sampled_seqs`` when None; a verification needs the logits of every
+    verified token, not only of the last)."""
+    lr = sampled_seqs if logit_rows is None else logit_rows
     wd, ad = serving.weight_dtype, serving.activation_dtype
     wb, ab, kb = _el(wd), _el(ad), _el(serving.kv_dtype)
     ratio_w = serving.matmul_efficiency_ratio_by_dtype.get(wd, 1.0)
@@ -418,8 +431,8 @@ def iteration(system: System, model: Model, serving: Serving, tp: FloatArray,
     elem = roofline_s(system, ad, 1.0, zero, m * per_tok)
     # LM head on the last stage (in the activation type), for the sampled sequences.
     v = float(model.vocab_size)
-    head = roofline_s(system, ad, ratio_a, 2.0 * padded_rows(serving, sampled_seqs) * h * v / tp,
-                     ab * (h * v / tp + sampled_seqs * (h + v / tp)))
+    head = roofline_s(system, ad, ratio_a, 2.0 * padded_rows(serving, lr) * h * v / tp,
+                     ab * (h * v / tp + lr * (h + v / tp)))
     # Communication.
     G = system.node.accelerators
     act = m * h * ab
@@ -498,7 +511,12 @@ def serve(system: System, model: Model, serving: Serving, request: Request,
     free = acc.memory_bytes - weights - reserve
     kv_cap_bytes = np.maximum(free, 0.0) * serving.kv_cache_memory_fraction
     kv_tokens = np.floor(kv_cap_bytes / kv_tok)
-    per_request = isl + osl + gamma
+    # Tokens per sequence in one verification: the chain and its bonus token, or the
+    # tree's nodes and its root.
+    verified = (gamma + 1.0 if spec.verify_tokens is None
+                else np.full_like(gamma, float(spec.verify_tokens)))
+    q = np.where(gamma > 0, verified, 1.0)
+    per_request = isl + osl + q - 1.0
     fits = np.floor(kv_tokens / per_request)
     max_conc = np.minimum(fits, float(serving.max_batch_size))
     want = lay.concurrency.astype(np.float64)
@@ -509,14 +527,13 @@ def serve(system: System, model: Model, serving: Serving, request: Request,
     else:
         accepted = np.where(gamma > 0, expected_tokens(spec.acceptance_rate, gamma), 1.0)
     b = np.maximum(conc / pp, 1e-9)  # sequences per micro-batch
-    q = gamma + 1.0
     # Per iteration, each sequence advances ``accepted`` tokens, so b*accepted/osl
     # requests finish and as many prompts (isl tokens each) are prefilled.
     prefill = b * accepted * isl / osl
     ctx_d = isl + osl / 2.0
     ctx_p = isl * serving.causal_fraction
     stage = iteration(system, model, serving, tp, pp, ep, b, q, prefill, ctx_d + 0 * b,
-                      ctx_p + 0 * b, b + prefill / isl)
+                      ctx_p + 0 * b, b + prefill / isl, b * q + prefill / isl)
     step = stage.total_s
     if spec.draft is not None:
         one = np.ones_like(b)

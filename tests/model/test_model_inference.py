@@ -125,6 +125,28 @@ def test_mean_accepted_length_input_for_tree_drafts() -> None:
         Speculation(mean_accepted_tokens=0.5)
 
 
+def test_tree_verification_tokens_and_their_logits() -> None:
+    # A tree draft verifies its nodes plus the root in one pass (EAGLE: 5 draft passes, 26
+    # tokens), and the verification needs the logits of every verified token: at 64
+    # sequences the LM head does at least 2 x (64 x 26) x h x V FLOPs (Llama 3 8B: h 4096,
+    # V 128256) at the H100's dense bf16 peak of 989 TFLOPS (datasheet), where one logit
+    # per sequence would be 26 times less.
+    system, model = load_system(H100), load_model("llama3-8b")
+    req = Request(128, 512)
+    lay = InferLayouts.one(concurrency=64, draft_tokens=5)
+    tree = serve(system, model, Serving(), req, lay,
+                 Speculation(mean_accepted_tokens=3.8, cost_ratio=0.02, verify_tokens=26))
+    assert float(tree.stage.lm_head_s[0]) >= 2 * 64 * 26 * 4096 * 128256 / 989e12
+    chain = serve(system, model, Serving(), req, lay,
+                  Speculation(mean_accepted_tokens=3.8, cost_ratio=0.02))
+    assert float(tree.stage.total_s[0]) > float(chain.stage.total_s[0])
+    # The KV cache reserves the verified tokens beyond the request: 25 more than isl + osl.
+    assert float(tree.kv_capacity_tokens[0]) == float(chain.kv_capacity_tokens[0])
+    assert float(tree.max_concurrency[0]) == float(tree.kv_capacity_tokens[0]) // (128 + 512 + 25)
+    with pytest.raises(ModelInputError, match="verify_tokens"):
+        Speculation(verify_tokens=1)
+
+
 def test_disaggregated_kv_transfer_over_the_nic() -> None:
     system, model = load_system(H100), load_model("llama3-70b")
     req = Request(4096, 256)
