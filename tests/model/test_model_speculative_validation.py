@@ -22,8 +22,8 @@ Uncertainty", ICML 2024, arXiv 2401.15077v3):
 * Batch 1 (Table 1 / Table 8), speed-up and tau: HumanEval T=0 3.52x / 4.42, GSM8K T=0
   3.03x / 3.93, Alpaca T=0 2.97x / 3.77, HumanEval T=1 2.92x / 3.76, GSM8K T=1 2.74x /
   3.58, Alpaca T=1 2.65x / 3.47.
-* Vicuna 7B on one RTX 3090 (Table 7: 2.90x, 2.87x, 2.65x, 2.76x at batch 1-4, tau 3.94)
-  is written down but not modelled: netio has no RTX 3090 system.
+* Vicuna 7B on one RTX 3090 (section 4.4, "a single RTX 3090 with 24G"), MT-bench T=0,
+  tau 3.94 (Table 2): 2.90x, 2.87x, 2.65x, 2.76x at batch 1-4 (Table 7).
 
 Leviathan, Kalman, Matias, "Fast Inference from Transformers via Speculative Decoding",
 ICML 2023 (arXiv 2211.17192), Table 2: target T5-XXL (11B), drafts T5-small (77M), T5-base
@@ -64,6 +64,9 @@ EAGLE_70B_BATCH1 = [
     ("GSM8K T=1", 3.58, 2.74),
     ("Alpaca T=1", 3.47, 2.65),
 ]
+# EAGLE, Vicuna 7B on one RTX 3090, MT-bench T=0: Table 7, tau from Table 2.
+EAGLE_V7B_MT_BENCH_TAU = 3.94
+EAGLE_V7B_MT_BENCH_BY_BATCH = [(1, 2.90), (2, 2.87), (3, 2.65), (4, 2.76)]
 # Tree of EAGLE's Figure 9 (choices.py mc_sim_7b_63): nodes per depth; 5 draft passes.
 EAGLE_TREE_NODES_BY_DEPTH = (4, 8, 8, 3, 2)
 
@@ -170,6 +173,43 @@ def test_eagle_70b_batch_shrink_size() -> None:
     measured_drop = 1.0 - EAGLE_70B_MT_BENCH_BY_BATCH[3][1] / EAGLE_70B_MT_BENCH_BY_BATCH[0][1]
     assert measured_drop / 2.0 <= model_drop <= measured_drop * 2.0, (model_drop,
                                                                      measured_drop)
+
+
+# Vicuna 7B v1.3 has LLaMA-7B's shape (Touvron et al. 2023, arXiv 2302.13971, Table 2):
+# 32 layers, d 4096, 32 heads (no GQA), SwiGLU FFN 11008, vocabulary 32000.
+VICUNA_7B = Model("vicuna-7b", 32, 4096, 32, 32, 11008, True, 32000, 2048, False, False)
+EAGLE_7B_DRAFT = Model("eagle-vicuna-7b", 1, 4096, 32, 32, 11008, True, 32000, 2048,
+                       False, False)
+
+
+def rtx_3090() -> System:
+    """GeForce RTX 3090: 24 GiB (24,576 MB) of GDDR6X at 936 GB/s, 71 TFLOPS FP16 tensor with FP32
+    accumulate (NVIDIA Ampere GA102 GPU Architecture whitepaper, Appendix A). No
+    achieved-efficiency curves are published for it; the A100 preset's are kept."""
+    base = load_system("dgx-a100-80gb")
+    acc = replace(base.accelerator, name="RTX 3090", memory_bytes=24 * GiB,
+                  memory_bandwidth_bytes_per_s=936e9, peak_flops_per_s={"fp16": 71e12})
+    return replace(base, name="rtx-3090", accelerator=acc)
+
+
+def test_eagle_vicuna_7b_rtx3090_batch_sweep() -> None:
+    # Predicted when this test was written: 3.07x, 3.00x, 2.51x, 2.04x at batch 1-4
+    # (+5.8, +4.6, -5.4, -26 %). On this GPU the ridge is 71 TFLOPS / 936 GB/s = 76 FLOP
+    # per byte: a verification of 26 tokens for 2 sequences is below it, for 3 and 4
+    # (78 and 104 rows) above, so the speed-up falls fast from batch 3, as measured (2.87x
+    # to 2.65x). The measured batch 4 rises again (2.76x), which the paper puts down to its
+    # implementation ("the processing at bs=4 is faster than at bs=3"): the model, with
+    # no such effect, is 26 % low there; that row is outside the bound and stated here.
+    # Bounds: batch 1-3 within 10 %, and the model's speed-up falls with batch.
+    spec = Speculation(mean_accepted_tokens=EAGLE_V7B_MT_BENCH_TAU, draft=EAGLE_7B_DRAFT,
+                       verify_tokens=1 + sum(EAGLE_TREE_NODES_BY_DEPTH))
+    batches = [b for b, _ in EAGLE_V7B_MT_BENCH_BY_BATCH]
+    predicted = speedup_vs_batch(rtx_3090(), VICUNA_7B, MT_BENCH, HF_FP16, spec,
+                                 len(EAGLE_TREE_NODES_BY_DEPTH), batches)
+    errs = [p / m - 1.0 for p, (_, m) in zip(predicted, EAGLE_V7B_MT_BENCH_BY_BATCH,
+                                             strict=True)]
+    assert all(abs(e) <= 0.10 for e in errs[:3]), errs
+    assert all(a > b for a, b in itertools.pairwise(predicted)), predicted
 
 
 # --- Leviathan et al.: T5-XXL with T5 drafts on one TPU v4 ---------------------------------
