@@ -136,6 +136,8 @@ def transformer_block(system: System, runs: int, tokens: int) -> tuple[float, fl
     measured = best_s(run, runs)
     sv = Serving(weight_dtype="fp32", kv_dtype="fp32", activation_dtype="fp32",
                  matmul_efficiency_ratio_by_dtype={}, causal_fraction=1.0,
+                 iteration_overhead_s=0.0, host_per_request_s=0.0, gemm_row_tile=1,
+                 gemm_swap_tile_rows=1,  # numpy: no serving host, no tensor-core tiles
                  attention_fused=False)  # numpy materialises the scores
     one = np.asarray([1.0])
     it = iteration(system, model, sv, one, one, one, np.asarray([0.0]), one,

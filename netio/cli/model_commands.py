@@ -71,6 +71,9 @@ def add_parsers(sub: Any, train_parser: argparse.ArgumentParser) -> None:
                    help="acceptance rate per drafted token (Leviathan et al. alpha)")
     i.add_argument("--mean-accepted", type=float, default=None,
                    help="mean tokens accepted per step, for tree/multi-head drafts")
+    i.add_argument("--verify-tokens", type=_positive, default=None,
+                   help="tokens per sequence the target verifies per step, for tree drafts "
+                   "(default: draft tokens + 1)")
     i.add_argument("--draft-model", default=None, help="draft model file or preset")
     i.add_argument("--draft-cost", type=_nonneg_float, default=0.0,
                    help="draft cost per drafted token as a fraction of a target decode step")
@@ -176,7 +179,7 @@ def _infer(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         spec = Speculation(acceptance_rate=args.acceptance,
                            mean_accepted_tokens=args.mean_accepted, draft=draft,
-                           cost_ratio=args.draft_cost)
+                           cost_ratio=args.draft_cost, verify_tokens=args.verify_tokens)
     req = Request(args.input_tokens, args.output_tokens)
     r = infer(system, model, req, serving, tp=args.tp, pp=args.pp, ep=args.ep,
               concurrency=args.concurrency, draft_tokens=args.draft_tokens, speculation=spec,
@@ -319,7 +322,8 @@ def _wafer(args: argparse.Namespace) -> int:
           f"MFU {tr.mfu:.1%}")
     print(f"  {tr.sentence}")
     print(f"SRAM-resident inference on {inf.wafers} wafers ({inf.weights_bytes / 1e9:.1f} GB "
-          f"of weights), {req.input_tokens} in / {req.output_tokens} out:")
+          f"of weights), {req.input_tokens} in / {req.output_tokens} out"
+          f"{' (an upper bound; ' + inf.note + ')' if inf.note else ''}:")
     for row in inf.rows:
         print(f"  batch {row.batch:>5}: {row.tokens_per_s_per_user:>10,.0f} tokens/s per user, "
               f"{row.system_tokens_per_s:>12,.0f} tokens/s in all")

@@ -146,6 +146,8 @@ def system_to_dict(system: System) -> dict[str, Any]:
             "stream_latency_s": ws.stream_latency_s,
             "reduction_tree_fanout": ws.reduction_tree_fanout,
             "optimizer_on_memory_service": ws.optimizer_on_memory_service}
+    if system.unpublished:
+        out["unpublished"] = list(system.unpublished)
     return out
 
 
@@ -157,6 +159,8 @@ def calibrated_system(base: System, link: LinkCalibration, name: str | None = No
     doc["node"]["nic_bandwidth_bits_per_s"] = link.bandwidth_bits_per_s
     doc["node"]["nic_latency_s"] = link.alpha_s
     doc["node"]["nic_efficiency_by_bytes"] = _curve(link.efficiency)
+    if "unpublished" in doc:  # the NIC is measured now, whatever the base file said
+        doc["unpublished"] = [k for k in doc["unpublished"] if not k.startswith("node.nic_")]
     system_from_dict(doc, "<calibrated system>")  # it must read back
     return doc
 

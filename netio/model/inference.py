@@ -28,8 +28,14 @@ with the system's achieved-efficiency curves, and the times add up:
   column/row split); expert parallel: an all-to-all to dispatch and one to combine the
   routed tokens; pipeline parallel: one send/recv of ``m h`` per stage boundary; all
   with :mod:`netio.model.collectives` on the system's links.
-* the last stage adds the LM head, ``2 n_s h V / tp`` for the ``n_s`` sequences that
-  sample a token.
+* the last stage adds the LM head, ``2 n_s h V / tp`` for the ``n_s`` positions whose
+  logits are needed: one per sequence, every verified token of a speculative step.
+* GEMM FLOPs are counted over whole tiles of rows (Hopper's warpgroup MMA is 64 rows
+  high), and FP8 GEMMs reach 0.875 of the bf16 efficiency (NVIDIA's published FP8/BF16
+  speed-up; :class:`Serving`).
+* the host: the executor walks every request of the batch once per iteration while the
+  GPU runs the previous one, so an iteration lasts ``max(gpu + exposed, host)``
+  (``overhead_s`` is what the host adds; sources in :class:`Serving`).
 
 **Serving at steady state** (the quantity ``trtllm-bench throughput`` and vLLM's
 ``benchmark_throughput`` report): ``B`` requests in flight, limited by the KV cache that
@@ -49,7 +55,8 @@ tokens, one verification yields ``(1 - alpha^(gamma+1)) / (1 - alpha)`` tokens i
 expectation (their Theorem 3.8); tree or multi-head drafts (EAGLE, Medusa) are given as
 a mean accepted length instead. The cost of a step is ``gamma`` draft iterations (a draft
 model on the same ranks, or ``c`` times a target decode iteration: the paper's cost
-coefficient) plus one target iteration over ``gamma + 1`` tokens per sequence. Unlike
+coefficient) plus one target iteration over ``gamma + 1`` tokens per sequence, or over
+the tree's nodes and root for a tree draft (EAGLE: 5 draft passes, 26 tokens verified). Unlike
 the paper's speed-up formula, which assumes verification costs one decode step, the
 verification here is timed by the roofline: at batch 1 it reads the weights once and is
 as cheap as one decode step; as the batch grows it becomes compute-bound and costs up to
@@ -82,7 +89,10 @@ GiB = float(1 << 30)
 class Serving:
     """The serving engine's settings and the efficiency knobs of the inference model.
 
-    Every default is named and sourced; none is fitted to a published throughput.
+    Every default is named and sourced; none is fitted to a published throughput. The
+    kernel and host figures (FP8/BF16 ratio, 64-row tile, host time per request) are
+    Hopper's and TensorRT-LLM's PyTorch executor's: for another accelerator or engine,
+    pass its own (``gemm_row_tile=1``, ``host_per_request_s=0`` turn the terms off).
     """
 
     weight_dtype: str = "fp8"
@@ -104,21 +114,39 @@ class Serving:
     #: iteration is added to it from the model's shape.
     runtime_reserve_bytes: float = GiB
     #: Achieved GEMM efficiency of a data type relative to the system's matmul curve
-    #: (measured in bf16). FP8 doubles the tensor-core rate at the same power limit, so
-    #: clocks drop and a smaller fraction of the datasheet peak can be reached. Evidence:
-    #: DeepGEMM's hand-tuned FP8 kernels reach "up to 1550 TFLOPS on H800"
-    #: (github.com/deepseek-ai/DeepGEMM README), 0.78 of the 1979 TFLOPS peak, at the best
-    #: shapes; a public cross-check of cuBLASLt against PyTorch's ``_scaled_mm`` at 8192^3
-    #: measured ~1,610 and ~1,175 FP8 TFLOPS (0.81 and 0.59 of peak). The value 0.82
-    #: (plateau 0.80 -> 0.66) lies inside that range but was chosen with the TensorRT-LLM
-    #: validation rows in view: treat it as an engine-level calibration, not a sourced
-    #: figure (at 1.0 the validation rows come out 13-32 % optimistic; README).
+    #: (measured in bf16). Source: NVIDIA's cuBLAS 12.9 release post ("Boosting Matrix
+    #: Multiplication Speed and Flexibility with NVIDIA cuBLAS 12.9", developer.nvidia.com
+    #: blog, 2025): on Hopper, FP8 matmuls (channel- and block-scaled) run 1.75x as fast as
+    #: the BF16 baseline for large matmuls and at least 1.25x for most other shapes. At
+    #: twice the peak, 1.75x is 0.875 of the bf16 efficiency: the plateau value, taken as
+    #: it is (the smaller shapes are already slower through the curve itself; their 1.25x
+    #: floor is a lower bound, not a size-indexed curve). Consistent with a public cuBLASLt
+    #: check at 8192^3 (~1,610 FP8 TFLOPS, 0.81 of peak, against the bf16 MAMF 0.80) and
+    #: DeepGEMM's best 0.78 of peak on H800. Not fitted to any throughput row.
     matmul_efficiency_ratio_by_dtype: Mapping[str, float] = field(
-        default_factory=lambda: {"fp8": 0.82})
-    #: Host time per engine iteration not hidden behind the GPU (scheduling, sampling,
-    #: launch gaps). Engines with CUDA graphs and an overlapped scheduler hide most of it;
-    #: 0 unless measured.
-    iteration_overhead_s: float = 0.0
+        default_factory=lambda: {"fp8": 0.875})
+    #: Rows (tokens) a GEMM kernel computes at a time: Hopper's warpgroup MMA
+    #: (``wgmma.mma_async``, PTX ISA 8.0, "Warpgroup MMA" shapes m64nNk16 / m64nNk32) has
+    #: M = 64 for every type, so a GEMM over ``m`` tokens does the work of
+    #: ``ceil(m / 64) * 64``. Below 64 tokens kernels swap the operands (the weight takes
+    #: the M side, tokens the N side, which steps by 8: FlashInfer's
+    #: ``fp8_blockscale_gemm_sm90`` documents the swap for M < 32), so small batches pad
+    #: to a multiple of ``gemm_swap_tile_rows``. 1 turns it off.
+    gemm_row_tile: int = 64
+    gemm_swap_tile_rows: int = 8
+    #: Host work of one iteration (scheduling, input preparation, sampler bookkeeping,
+    #: one Python pass per request in the batch). TensorRT-LLM's PyTorch executor overlaps
+    #: it with the previous iteration's GPU work (one step of lookahead), so an iteration
+    #: lasts ``max(gpu + iteration_overhead_s, host_per_request_s * requests)``.
+    #: ``host_per_request_s``: 45.11 ms of host time per iteration for 1,536 requests per
+    #: rank (GPT-OSS-120B, GB200, attention-DP 2, max_batch_size 1536, "host overhead is
+    #: the bottleneck"; NVIDIA/TensorRT-LLM pull request 10273), 29.4 us per request.
+    #: ``iteration_overhead_s``: the part that is exposed even when the host keeps up,
+    #: ~580 us per iteration (Llama-3.1-8B FP8, B200, 1k/1k at concurrency 64, nsys trace;
+    #: NVIDIA/TensorRT-LLM issue 13957). Both measured on other GPUs and CPUs than the
+    #: validation rows; neither is fitted to them.
+    iteration_overhead_s: float = 580e-6
+    host_per_request_s: float = 45.11e-3 / 1536
     #: Average number of prompt tokens a prefill token attends to, as a fraction of the
     #: prompt: 0.5 for causal attention.
     causal_fraction: float = 0.5
@@ -137,6 +165,10 @@ class Serving:
             raise ModelInputError("kv_cache_memory_fraction", "must be in (0, 1]")
         if self.max_batch_size < 1:
             raise ModelInputError("max_batch_size", "must be >= 1")
+        if self.iteration_overhead_s < 0 or self.host_per_request_s < 0:
+            raise ModelInputError("iteration_overhead_s", "host times must be >= 0")
+        if self.gemm_row_tile < 1 or self.gemm_swap_tile_rows < 1:
+            raise ModelInputError("gemm_row_tile", "tiles must be >= 1 row")
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +194,10 @@ class Speculation:
     mean_accepted_tokens: float | None = None
     draft: Model | None = None
     cost_ratio: float = 0.0
+    #: Tokens per sequence the target verifies in one pass. A chain of ``gamma`` drafted
+    #: tokens verifies ``gamma + 1`` (None); a tree draft verifies all its nodes plus the
+    #: root, more than its depth (EAGLE's tree: 5 draft passes, 25 nodes, 26 tokens).
+    verify_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.acceptance_rate < 1.0:
@@ -170,6 +206,9 @@ class Speculation:
             raise ModelInputError("mean_accepted_tokens", "must be >= 1 (the bonus token)")
         if self.cost_ratio < 0.0:
             raise ModelInputError("cost_ratio", "must be >= 0")
+        if self.verify_tokens is not None and self.verify_tokens < 2:
+            raise ModelInputError("verify_tokens", "must be >= 2 (a drafted token and the "
+                                  "bonus token)")
 
 
 def expected_tokens(alpha: npt.ArrayLike, gamma: npt.ArrayLike) -> FloatArray:
@@ -311,12 +350,27 @@ def roofline_s(system: System, dtype: str, ratio: float, flops: FloatArray,
     return np.asarray(np.maximum(compute, mem), dtype=np.float64)
 
 
+def padded_rows(serving: Serving, rows: FloatArray) -> FloatArray:
+    """Rows a GEMM over ``rows`` tokens computes: whole ``gemm_row_tile`` tiles, or
+    whole ``gemm_swap_tile_rows`` steps below half a tile, where kernels swap the
+    operands (see :class:`Serving`). Zero rows stay zero."""
+    big = float(serving.gemm_row_tile)
+    small = float(serving.gemm_swap_tile_rows)
+    r = np.asarray(rows, dtype=np.float64)
+    return np.where(r < big / 2.0, np.ceil(r / small) * small, np.ceil(r / big) * big)
+
+
 def iteration(system: System, model: Model, serving: Serving, tp: FloatArray,
               pp: FloatArray, ep: FloatArray, decode_seqs: FloatArray,
               tokens_per_seq: FloatArray, prefill_tokens: FloatArray,
               decode_context: FloatArray, prefill_context: FloatArray,
-              sampled_seqs: FloatArray) -> IterationArrays:
-    """Time of one iteration of one pipeline stage (see the module doc), per layout."""
+              sampled_seqs: FloatArray,
+              logit_rows: FloatArray | None = None) -> IterationArrays:
+    """Time of one iteration of one pipeline stage (see the module doc), per layout.
+    ``sampled_seqs`` requests are walked by the host; ``logit_rows`` positions go through
+    the LM head (``sampled_seqs`` when None; a verification needs the logits of every
+    verified token, not only of the last)."""
+    lr = sampled_seqs if logit_rows is None else logit_rows
     wd, ad = serving.weight_dtype, serving.activation_dtype
     wb, ab, kb = _el(wd), _el(ad), _el(serving.kv_dtype)
     ratio_w = serving.matmul_efficiency_ratio_by_dtype.get(wd, 1.0)
@@ -330,7 +384,10 @@ def iteration(system: System, model: Model, serving: Serving, tp: FloatArray,
     def gemm(k: float | FloatArray, n: float | FloatArray, rows: FloatArray | None = None,
              count: float | FloatArray = 1.0, frac: float | FloatArray = 1.0) -> FloatArray:
         r = m if rows is None else rows
-        flops = 2.0 * r * k * n
+        # The tensor cores work on whole tiles of rows: each touched matrix (one, or the
+        # experts the tokens reach) computes its rows rounded up to the tile.
+        mats = np.maximum(count * frac, 1e-12)
+        flops = 2.0 * padded_rows(serving, r / mats) * mats * k * n
         bytes_ = wb * k * n * count * frac + r * k * wb + r * n * ab
         return roofline_s(system, wd, ratio_w, flops, bytes_, count)
 
@@ -374,8 +431,8 @@ def iteration(system: System, model: Model, serving: Serving, tp: FloatArray,
     elem = roofline_s(system, ad, 1.0, zero, m * per_tok)
     # LM head on the last stage (in the activation type), for the sampled sequences.
     v = float(model.vocab_size)
-    head = roofline_s(system, ad, ratio_a, 2.0 * sampled_seqs * h * v / tp,
-                     ab * (h * v / tp + sampled_seqs * (h + v / tp)))
+    head = roofline_s(system, ad, ratio_a, 2.0 * padded_rows(serving, lr) * h * v / tp,
+                     ab * (h * v / tp + lr * (h + v / tp)))
     # Communication.
     G = system.node.accelerators
     act = m * h * ab
@@ -391,10 +448,15 @@ def iteration(system: System, model: Model, serving: Serving, tp: FloatArray,
     pp_paths = paths(system, np.full_like(pp, 2.0), ranks_per_node(2, tp, G))
     hop, _ = best_time(Collective.SEND_RECV, act / tp, pp_paths)
     pp_comm = np.where(pp > 1, hop, 0.0)
+    gpu = (layers * (g + attn + elem) + head / pp + tp_comm + ep_comm + pp_comm)
+    # Host: each stage's executor walks the requests of its micro-batch once per
+    # iteration; what the GPU's own work does not cover is exposed (Serving).
+    host = serving.host_per_request_s * sampled_seqs
+    overhead = np.maximum(serving.iteration_overhead_s, host - gpu)
     return IterationArrays(
         gemm_s=layers * g, attention_s=layers * attn, elementwise_s=layers * elem,
         lm_head_s=head / pp, tp_comm_s=tp_comm, ep_comm_s=ep_comm, pp_comm_s=pp_comm,
-        overhead_s=zero + serving.iteration_overhead_s / pp)
+        overhead_s=zero + overhead)
 
 
 # --- serving ---------------------------------------------------------------------------------
@@ -449,7 +511,12 @@ def serve(system: System, model: Model, serving: Serving, request: Request,
     free = acc.memory_bytes - weights - reserve
     kv_cap_bytes = np.maximum(free, 0.0) * serving.kv_cache_memory_fraction
     kv_tokens = np.floor(kv_cap_bytes / kv_tok)
-    per_request = isl + osl + gamma
+    # Tokens per sequence in one verification: the chain and its bonus token, or the
+    # tree's nodes and its root.
+    verified = (gamma + 1.0 if spec.verify_tokens is None
+                else np.full_like(gamma, float(spec.verify_tokens)))
+    q = np.where(gamma > 0, verified, 1.0)
+    per_request = isl + osl + q - 1.0
     fits = np.floor(kv_tokens / per_request)
     max_conc = np.minimum(fits, float(serving.max_batch_size))
     want = lay.concurrency.astype(np.float64)
@@ -460,14 +527,13 @@ def serve(system: System, model: Model, serving: Serving, request: Request,
     else:
         accepted = np.where(gamma > 0, expected_tokens(spec.acceptance_rate, gamma), 1.0)
     b = np.maximum(conc / pp, 1e-9)  # sequences per micro-batch
-    q = gamma + 1.0
     # Per iteration, each sequence advances ``accepted`` tokens, so b*accepted/osl
     # requests finish and as many prompts (isl tokens each) are prefilled.
     prefill = b * accepted * isl / osl
     ctx_d = isl + osl / 2.0
     ctx_p = isl * serving.causal_fraction
     stage = iteration(system, model, serving, tp, pp, ep, b, q, prefill, ctx_d + 0 * b,
-                      ctx_p + 0 * b, b + prefill / isl)
+                      ctx_p + 0 * b, b + prefill / isl, b * q + prefill / isl)
     step = stage.total_s
     if spec.draft is not None:
         one = np.ones_like(b)

@@ -183,6 +183,9 @@ class System:
     fabric: Fabric
     weight_streaming: WeightStreaming | None = None
     scale_out_profile: FabricProfile | None = None
+    #: Keys ("table.key") whose values no public source gives: results that depend on
+    #: them say so (the preset's comments give what each is instead).
+    unpublished: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -431,8 +434,20 @@ def system_from_dict(data: Mapping[str, Any], path: str = "<system>",
                              w.int_("reduction_tree_fanout", 2),
                              w.bool_("optimizer_on_memory_service"))
         w.done()
+    unpublished: tuple[str, ...] = ()
+    if r.has("unpublished"):
+        v = r.raw("unpublished")
+        if not isinstance(v, list) or not all(isinstance(k, str) for k in v):
+            raise r.fail("unpublished", "must be a list of \"table.key\" strings")
+        for k in v:
+            table, _, key = k.partition(".")
+            sub = data.get(table)
+            if not isinstance(sub, Mapping) or key not in sub:
+                raise r.fail("unpublished", f"{k!r} names no key of this system")
+        unpublished = tuple(v)
     r.done()
-    return System(name, acc, Node(accelerators, nics, scale_up, scale_out), fabric, ws, profile)
+    return System(name, acc, Node(accelerators, nics, scale_up, scale_out), fabric, ws, profile,
+                  unpublished)
 
 
 def model_from_dict(data: Mapping[str, Any], path: str = "<model>") -> Model:

@@ -35,16 +35,29 @@ The step is then said to be bound by the wafer (compute), by weight streaming
 **Inference with weights resident in SRAM**: the model is spread layer by layer over as
 many wafers as its weights (and the KV cache of the batch) need; layers are pipelined
 across wafers, activations cross the system I/O between them. With ``W`` wafers and
-``b`` sequences in flight as ``W`` micro-batches, a wafer's stage time is the roofline of
-its layers over ``b/W`` tokens (SRAM bandwidth, compute), two reductions per layer across
-the wafer's cores at the on-wafer latency (``scaleup_latency_s``), plus the hop to the
-next wafer; the time per output token is ``W`` stage times, so tokens/s per user fall and
-tokens/s of the system rise with the batch. This is an upper bound: with 21 PB/s of SRAM
-bandwidth the roofline of a 70B model's decode step is tens of microseconds, while
-Cerebras' published Llama 3.1 70B serving rates are in the hundreds to low thousands of
-tokens/s per user, so what limits a wafer at batch 1 (core-to-core dataflow, on-wafer
-latency per layer) is not captured by public figures; calibrate ``scaleup_latency_s``
-against a measured rate before trusting absolute wafer inference numbers.
+``b`` sequences in flight as ``W`` micro-batches, a wafer's stage time for its ``b/W``
+tokens is:
+
+* the roofline of its layers (SRAM bandwidth for weights and KV cache, compute);
+* the on-wafer dataflow latency: on a 2D mesh of cores (four neighbours each) a layer
+  holds a region of ``1/k`` of the wafer (``k`` layers per wafer), whose side is
+  ``1/sqrt(k)`` of the wafer's, so a traversal of the region takes
+  ``scaleup_latency_s / sqrt(k)`` (``scaleup_latency_s``: one traversal of the whole
+  wafer). A decoded token crosses its layer's region ``WAFER_TRAVERSALS_PER_LAYER``
+  times one after the other (each matrix-vector stage broadcasts its input along one
+  axis and reduces partial sums along the other; the RMSNorms reduce and broadcast; the
+  activation moves on to the next layer's region);
+* the hop to the next wafer over the system I/O: the NIC latency plus ``b/W`` tokens of
+  ``h`` activations over all the system's ports at their efficiency for that size (the
+  last wafer's hop returns the sampled token to the first).
+
+The time per output token is ``W`` stage times, so tokens/s per user fall and tokens/s of
+the system rise with the batch. This is still an upper bound: the mesh latency and the
+wafer's achieved efficiencies are not published (the preset lists them under
+``unpublished`` and every result names the ones it used), and Cerebras' published rates
+(Llama 3.1 8B at 1,800 and 70B at 450 tokens/s per user at launch, 16-bit weights) are
+several times below it; tests/model/test_model_wafer.py checks the bound holds and
+records the ratio.
 """
 
 from __future__ import annotations
@@ -66,6 +79,35 @@ from netio.model.training import train
 #: token. With recomputation only the layer input, 2 h bytes per token, is kept.
 ACTIVATION_BYTES_PER_TOKEN_H = 34.0
 RECOMPUTE_BYTES_PER_TOKEN_H = 2.0
+
+#: Dependent crossings of a layer's region per decoded token (module doc): a broadcast
+#: and a reduction for each of the six matrix-vector stages (QKV, the scores q.K, the
+#: weighted sum A.V, the output projection, FC1 with its gate, FC2): 12; a reduction and
+#: a broadcast for each of the two RMSNorms: 4; the move to the next layer's region: 1.
+WAFER_TRAVERSALS_PER_LAYER = 17
+
+#: The system-file keys each wafer computation reads (to name the unpublished ones).
+TRAIN_INPUTS = frozenset({
+    "accelerator.memory_bytes", "accelerator.matmul_efficiency_by_flops",
+    "accelerator.peak_flops_per_s", "accelerator.memory_bandwidth_bytes_per_s",
+    "weight_streaming.stream_bandwidth_bytes_per_s", "weight_streaming.stream_latency_s",
+    "weight_streaming.reduction_tree_fanout",
+    "weight_streaming.optimizer_on_memory_service"})
+INFER_INPUTS = frozenset({
+    "accelerator.memory_bytes", "accelerator.matmul_efficiency_by_flops",
+    "accelerator.peak_flops_per_s", "accelerator.memory_bandwidth_bytes_per_s",
+    "accelerator.memory_efficiency_by_bytes", "node.scaleup_latency_s", "node.nics",
+    "node.nic_bandwidth_bits_per_s", "node.nic_latency_s", "node.nic_efficiency_by_bytes"})
+
+
+def unpublished_inputs(system: System, reads: frozenset[str]) -> tuple[str, ...]:
+    """The keys among ``reads`` that the system file marks as having no public source."""
+    return tuple(k for k in system.unpublished if k in reads)
+
+
+def _unpublished_note(keys: tuple[str, ...]) -> str:
+    return ("" if not keys else
+            f"; depends on values no public source gives: {', '.join(keys)}")
 
 
 def _streaming(system: System) -> WeightStreaming:
@@ -107,6 +149,7 @@ class WaferTrainResult:
     bound: str
     tree_levels: int
     sentence: str
+    unpublished_inputs: tuple[str, ...] = ()
 
     def to_json_dict(self) -> dict[str, object]:
         return {"system": self.system, "model": self.model, "systems": self.systems,
@@ -115,7 +158,8 @@ class WaferTrainResult:
                 "step_s": self.step_s, "tokens_per_s": self.tokens_per_s,
                 "mfu_ratio": self.mfu, "breakdown_s": dict(self.breakdown_s),
                 "bound": self.bound, "tree_levels": self.tree_levels,
-                "explanation": self.sentence}
+                "explanation": self.sentence,
+                "unpublished_inputs": list(self.unpublished_inputs)}
 
 
 def train_weight_streaming(system: System, model: Model, systems: int,
@@ -185,9 +229,11 @@ def train_weight_streaming(system: System, model: Model, systems: int,
                 f"{ws.stream_latency_s * 1e6:.3g} us); {micro} micro-batch"
                 f"{'es' if micro != 1 else ''} of {mb_seqs} sequences"
                 f"{' with recomputation' if recompute else ''}")
+    unpub = unpublished_inputs(system, TRAIN_INPUTS)
     return WaferTrainResult(system.name, model.name, systems, global_batch_size, micro,
                             recompute, step, tokens / step, mfu, breakdown,
-                            bound.split(" (")[0].removeprefix("the "), levels, sentence)
+                            bound.split(" (")[0].removeprefix("the "), levels,
+                            sentence + _unpublished_note(unpub), unpub)
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,10 +252,17 @@ class WaferInferResult:
     wafers: int
     weights_bytes: float
     rows: tuple[WaferInferRow, ...]
+    unpublished_inputs: tuple[str, ...] = ()
+
+    @property
+    def note(self) -> str:
+        """What the numbers rest on, in one line (empty when every input is sourced)."""
+        return _unpublished_note(self.unpublished_inputs).removeprefix("; ")
 
     def to_json_dict(self) -> dict[str, object]:
         return {"system": self.system, "model": self.model, "wafers": self.wafers,
                 "weights_bytes": self.weights_bytes,
+                "unpublished_inputs": list(self.unpublished_inputs),
                 "batches": [{"batch": r.batch, "feasible": r.feasible,
                              "time_per_output_token_s": r.tpot_s,
                              "tokens_per_s_per_user": r.tokens_per_s_per_user,
@@ -219,7 +272,7 @@ class WaferInferResult:
 def infer_sram_resident(system: System, model: Model, request: Request, batches: list[int],
                         serving: Serving | None = None) -> WaferInferResult:
     """Decode with the weights resident in SRAM across wafers (module doc)."""
-    ws = _streaming(system)
+    _streaming(system)  # a wafer system, not a GPU one
     sv = serving or Serving(weight_dtype="bf16", kv_dtype="bf16")
     acc = system.accelerator
     wb = float(DTYPE_BYTES[sv.weight_dtype])
@@ -234,6 +287,7 @@ def infer_sram_resident(system: System, model: Model, request: Request, batches:
     rows = []
     wafers_min = math.ceil(weights / acc.memory_bytes)
     fpt_w, _ = _layer_flops_per_token(model)
+    out = system.node.scale_out
     for b in batches:
         kv = b * (request.input_tokens + request.output_tokens) * kv_tok
         wafers = max(wafers_min, math.ceil((weights + kv) / acc.memory_bytes))
@@ -242,17 +296,20 @@ def infer_sram_resident(system: System, model: Model, request: Request, batches:
         flops = np.asarray([layers * mb * (fpt_w + 4 * ctx * h)])
         bytes_ = np.asarray([layers * (p_layer * wb + mb * ctx * kv_tok / model.layers)])
         stage = float(roofline_s(system, sv.activation_dtype, 1.0, flops, bytes_)[0])
-        hop = ws.stream_latency_s + mb * h * ab / (
-            system.node.nics / system.node.scale_out.beta_s_per_byte)
+        # The hop to the next wafer: mb tokens of activations over all the system's ports.
+        act = mb * h * ab
+        hop = out.alpha_s + act * out.beta_s_per_byte / system.node.nics / float(
+            out.efficiency.at(act / system.node.nics)[()])
         head = float(roofline_s(system, sv.activation_dtype, 1.0,
                                 np.asarray([2 * mb * h * model.vocab_size]),
                                 np.asarray([h * model.vocab_size * wb]))[0]) / wafers
-        # Each layer reduces twice across the wafer's cores (as tensor parallelism does
-        # across GPUs), each at the on-wafer latency of the system file.
-        on_wafer = layers * 2 * system.node.scale_up.alpha_s
+        # On-wafer dataflow: each layer's region is 1/layers of the wafer (module doc).
+        traversal = system.node.scale_up.alpha_s / math.sqrt(layers)
+        on_wafer = layers * WAFER_TRAVERSALS_PER_LAYER * traversal
         tpot = wafers * (stage + head + hop + on_wafer)
         rows.append(WaferInferRow(b, True, tpot, 1.0 / tpot, b / tpot))
-    return WaferInferResult(system.name, model.name, wafers_min, weights, tuple(rows))
+    return WaferInferResult(system.name, model.name, wafers_min, weights, tuple(rows),
+                            unpublished_inputs(system, INFER_INPUTS))
 
 
 # --- GPU against wafer ---------------------------------------------------------------------

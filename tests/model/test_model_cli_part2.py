@@ -22,6 +22,15 @@ def test_infer_text_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert doc["kv_cache_per_token_bytes"] == 163840  # 80 layers x 8 KV heads x 128 x 2 x fp8
     assert doc["output_tokens_per_s"] > 0 and doc["time_per_output_token_s"] > 0
     assert doc["disaggregated"]["kv_transfer_s"] > 0
+    # A tree draft (EAGLE: 5 passes, 26 tokens verified) costs more per step than a chain
+    # of the same depth with the same acceptance.
+    spec = [*args, "--concurrency", "64", "--draft-tokens", "5", "--mean-accepted", "3.8",
+            "--draft-cost", "0.02", "--json"]
+    assert main(spec) == EXIT_OK
+    chain = json.loads(capsys.readouterr().out)
+    assert main([*spec, "--verify-tokens", "26"]) == EXIT_OK
+    tree = json.loads(capsys.readouterr().out)
+    assert tree["time_per_output_token_s"] > chain["time_per_output_token_s"]
 
 
 def test_infer_infeasible_usage_and_input_errors(capsys: pytest.CaptureFixture[str]) -> None:

@@ -20,6 +20,7 @@ from netio.model.inference import (
     infer,
     kv_bytes_per_token,
     kv_transfer_s,
+    padded_rows,
     serve,
     speedup_vs_batch,
 )
@@ -100,7 +101,10 @@ def test_speculation_speedup_shrinks_with_batch() -> None:
     spec = Speculation(acceptance_rate=0.8, draft=load_model("llama3-8b"), cost_ratio=0.0)
     # A cheap draft (cost ratio c = 0.05 of a target decode step), alpha = 0.8, gamma 4.
     cheap = Speculation(acceptance_rate=0.8, cost_ratio=0.05)
-    s = speedup_vs_batch(system, model, req, Serving(), cheap, 4, [1, 16, 256, 1024])
+    # The GPU side of the batch effect: without host time per request (which makes large
+    # plain-decode batches host-bound, and speculation then saves host iterations).
+    gpu_only = Serving(iteration_overhead_s=0.0, host_per_request_s=0.0)
+    s = speedup_vs_batch(system, model, req, gpu_only, cheap, 4, [1, 16, 256, 1024])
     assert s[0] > 2.0  # memory-bound verification costs ~one step: ~3.36 / (1 + 4 c)
     assert s[0] < float(expected_tokens(0.8, 4)[()])
     assert s[0] > s[1] > s[2] > s[3]
@@ -119,6 +123,28 @@ def test_mean_accepted_length_input_for_tree_drafts() -> None:
     assert float(r.accepted_tokens_per_step[0]) == 3.5
     with pytest.raises(ModelInputError, match="mean_accepted_tokens"):
         Speculation(mean_accepted_tokens=0.5)
+
+
+def test_tree_verification_tokens_and_their_logits() -> None:
+    # A tree draft verifies its nodes plus the root in one pass (EAGLE: 5 draft passes, 26
+    # tokens), and the verification needs the logits of every verified token: at 64
+    # sequences the LM head does at least 2 x (64 x 26) x h x V FLOPs (Llama 3 8B: h 4096,
+    # V 128256) at the H100's dense bf16 peak of 989 TFLOPS (datasheet), where one logit
+    # per sequence would be 26 times less.
+    system, model = load_system(H100), load_model("llama3-8b")
+    req = Request(128, 512)
+    lay = InferLayouts.one(concurrency=64, draft_tokens=5)
+    tree = serve(system, model, Serving(), req, lay,
+                 Speculation(mean_accepted_tokens=3.8, cost_ratio=0.02, verify_tokens=26))
+    assert float(tree.stage.lm_head_s[0]) >= 2 * 64 * 26 * 4096 * 128256 / 989e12
+    chain = serve(system, model, Serving(), req, lay,
+                  Speculation(mean_accepted_tokens=3.8, cost_ratio=0.02))
+    assert float(tree.stage.total_s[0]) > float(chain.stage.total_s[0])
+    # The KV cache reserves the verified tokens beyond the request: 25 more than isl + osl.
+    assert float(tree.kv_capacity_tokens[0]) == float(chain.kv_capacity_tokens[0])
+    assert float(tree.max_concurrency[0]) == float(tree.kv_capacity_tokens[0]) // (128 + 512 + 25)
+    with pytest.raises(ModelInputError, match="verify_tokens"):
+        Speculation(verify_tokens=1)
 
 
 def test_disaggregated_kv_transfer_over_the_nic() -> None:
@@ -163,3 +189,31 @@ def test_no_room_for_one_request_is_infeasible() -> None:
     # cache (160 KiB per token, ~164 GB) does not fit even once.
     r = infer(load_system(H100), load_model("llama3-70b"), Request(1_000_000, 10))
     assert not r.feasible and "KV cache" in r.infeasible_reason
+
+
+def test_gemm_rows_pad_to_the_warpgroup_tile() -> None:
+    # PTX ISA 8.0, wgmma.mma_async: every shape is m64nNk*, N a multiple of 8. A GEMM
+    # over 257 tokens runs 5 tiles of 64 rows (320); below 32 tokens the operands are
+    # swapped and tokens pad to 8.
+    sv = Serving()
+    got = padded_rows(sv, np.asarray([0.0, 1.0, 20.0, 64.0, 65.0, 257.0, 8192.0]))
+    assert list(got) == [0.0, 8.0, 24.0, 64.0, 128.0, 320.0, 8192.0]
+    assert list(padded_rows(Serving(gemm_row_tile=1, gemm_swap_tile_rows=1),
+                            np.asarray([257.0]))) == [257.0]
+    with pytest.raises(ModelInputError):
+        Serving(gemm_row_tile=0)
+
+
+def test_host_bound_iteration_lasts_the_host_walk() -> None:
+    # An engine whose host spends 1 ms per request per iteration (far above any GPU time
+    # of Llama 3 8B on an H100 at 512 requests) runs one iteration per 512 + 512 * 128 /
+    # 128 / 128 = 516 request walks (decodes plus the prompts started): 0.516 s per token.
+    system, model = load_system(H100), load_model("llama3-8b")
+    slow_host = Serving(host_per_request_s=1e-3)
+    r = infer(system, model, Request(128, 128), slow_host, concurrency=512)
+    assert r.tpot_s == pytest.approx(1e-3 * (512 + 512 / 128), rel=1e-9)
+    assert r.bottleneck == "overhead"
+    # When the host keeps up, only the exposed part remains on top of the GPU's work.
+    fast = infer(system, model, Request(128, 128), Serving(host_per_request_s=0.0),
+                 concurrency=8)
+    assert fast.iteration_breakdown_s["overhead_s"] == Serving().iteration_overhead_s
