@@ -124,7 +124,13 @@ def system_to_dict(system: System) -> dict[str, Any]:
             "peak_flops_per_s": dict(acc.peak_flops_per_s),
             "matmul_efficiency_by_flops": _curve(acc.matmul_efficiency),
             "memory_efficiency_by_bytes": _curve(acc.memory_efficiency),
-            "fused_attention_efficiency": acc.fused_attention_efficiency},
+            "fused_attention_efficiency": acc.fused_attention_efficiency,
+            **({} if acc.attention_score_efficiency is None
+               or acc.attention_over_value_efficiency is None else {
+                   "attention_score_efficiency_by_head_dim":
+                       _curve(acc.attention_score_efficiency),
+                   "attention_over_value_efficiency_by_head_dim":
+                       _curve(acc.attention_over_value_efficiency)})},
         "node": {
             "accelerators": node.accelerators,
             "scaleup_bandwidth_bytes_per_s": 1.0 / node.scale_up.beta_s_per_byte,

@@ -21,7 +21,9 @@ with the system's achieved-efficiency curves, and the times add up:
 * attention: decode reads the KV cache of every sequence (``D c_d`` tokens of context,
   ``2 g_r d`` elements per token and layer, ``g_r = max(g / tp, 1)`` KV heads per rank)
   and does ``4 D q c_d a d / tp`` FLOPs; prefill does ``4 P c_p a d / tp`` FLOPs with a
-  prompt token attending ``c_p`` = half its prompt on average (causal).
+  prompt token attending ``c_p`` = half its prompt on average (causal); unfused, the
+  prefill's products run at most at the system's measured rates by head dimension
+  where it gives them (as in training).
 * element-wise traffic that the engines do not fuse into GEMMs (residual-add + RMSNorm
   twice, rotary embedding + KV-cache write, SwiGLU), in the activation type.
 * tensor parallel: two all-reduces of ``m h`` activations per layer (Megatron-style
@@ -339,12 +341,14 @@ ITERATION_TERMS = ("gemm_s", "attention_s", "elementwise_s", "lm_head_s", "tp_co
 
 
 def roofline_s(system: System, dtype: str, ratio: float, flops: FloatArray,
-               bytes_: FloatArray, count: float | FloatArray = 1.0) -> FloatArray:
+               bytes_: FloatArray, count: float | FloatArray = 1.0,
+               ceiling: float = 1.0) -> FloatArray:
     """Seconds of ``count`` equal operations of ``flops`` FLOPs and ``bytes_`` bytes in
-    all: the slower of compute (at the matmul curve times ``ratio``) and memory."""
+    all: the slower of compute (at the matmul curve, at most ``ceiling``, times
+    ``ratio``) and memory."""
     acc = system.accelerator
     per = flops / np.maximum(count, 1.0)
-    eff = acc.matmul_efficiency.at(per) * ratio
+    eff = np.minimum(acc.matmul_efficiency.at(per), ceiling) * ratio
     compute = np.where(flops > 0, flops / (acc.peak(dtype) * eff), 0.0)
     mem = bytes_ / (acc.memory_bandwidth_bytes_per_s * acc.memory_efficiency.at(bytes_))
     return np.asarray(np.maximum(compute, mem), dtype=np.float64)
@@ -358,6 +362,21 @@ def padded_rows(serving: Serving, rows: FloatArray) -> FloatArray:
     small = float(serving.gemm_swap_tile_rows)
     r = np.asarray(rows, dtype=np.float64)
     return np.where(r < big / 2.0, np.ceil(r / small) * small, np.ceil(r / big) * big)
+
+
+def _unfused_prefill_ceiling(system: System, serving: Serving, head_dim: float) -> float:
+    """The most of peak an unfused prefill's attention products reach: half their FLOPs
+    in ``Q K^T``, half in ``P V``, each at the system's measured rate for the head
+    dimension (the training model's rule, :mod:`netio.model.training`), so the pair runs
+    at the harmonic mean of the two. No limit for fused attention or without the
+    measurements. Decode keeps the plain curve: its products are one or a few query rows
+    against the cache, not the square products the rates were measured on."""
+    acc = system.accelerator
+    score, value = acc.attention_score_efficiency, acc.attention_over_value_efficiency
+    if serving.attention_fused or score is None or value is None:
+        return 1.0
+    e_score, e_value = float(score.at(head_dim)), float(value.at(head_dim))
+    return 2.0 / (1.0 / e_score + 1.0 / e_value)
 
 
 def iteration(system: System, model: Model, serving: Serving, tp: FloatArray,
@@ -421,7 +440,8 @@ def iteration(system: System, model: Model, serving: Serving, tp: FloatArray,
         dec_bytes = dec_bytes + 6.0 * ab * decode_seqs * tokens_per_seq * decode_context * a / tp
         pre_bytes = pre_bytes + 6.0 * ab * prefill_tokens * prefill_context * a / tp
     attn = (roofline_s(system, ad, ratio_a, dec_flops, dec_bytes)
-            + roofline_s(system, ad, ratio_a, pre_flops, pre_bytes))
+            + roofline_s(system, ad, ratio_a, pre_flops, pre_bytes,
+                         ceiling=_unfused_prefill_ceiling(system, serving, d)))
     # Unfused element-wise traffic per token: two residual-add + RMSNorm (read input and
     # residual, write residual and the normalised input in the GEMM type), rotary on Q
     # and K plus the KV-cache write, the gated activation (read gate and up, write one).

@@ -14,7 +14,13 @@ System
     achieved fraction of peak against the size of one operation, as ``[[size,
     fraction], ...]`` with size ascending (interpolated in log size, held at the ends),
     and ``fused_attention_efficiency``: the fraction of peak a fused (Flash) attention
-    kernel achieves, forward and backward together.
+    kernel achieves, forward and backward together. Optional, together:
+    ``attention_score_efficiency_by_head_dim`` and
+    ``attention_over_value_efficiency_by_head_dim``: the fraction of peak the unfused
+    attention's batched products achieve against the head dimension, as ``[[head_dim,
+    fraction], ...]`` (interpolated in log head_dim, held at the ends): ``Q K^T``, whose
+    inner dimension is the head's, and ``P V``, whose output is one head wide. Without
+    them each product runs at the matmul curve of the whole batch's FLOPs.
     ``[node]``: ``accelerators``, ``scaleup_bandwidth_bytes_per_s`` (per accelerator,
     per direction), ``scaleup_latency_s``, ``scaleup_efficiency_by_bytes``, ``nics``,
     ``nic_bandwidth_bits_per_s`` (per NIC), ``nic_latency_s``, ``nic_efficiency_by_bytes``.
@@ -129,6 +135,10 @@ class Accelerator:
     matmul_efficiency: Curve
     memory_efficiency: Curve
     fused_attention_efficiency: float
+    # Unfused attention products by head dimension (see the module docstring); None: the
+    # matmul curve at the batch's total FLOPs, as one GEMM of that size.
+    attention_score_efficiency: Curve | None = None
+    attention_over_value_efficiency: Curve | None = None
 
     def peak(self, dtype: str) -> float:
         if dtype not in self.peak_flops_per_s:
@@ -387,10 +397,17 @@ def system_from_dict(data: Mapping[str, Any], path: str = "<system>",
             raise peaks_t.fail(dtype, f"unknown data type (known: {', '.join(DTYPE_BYTES)})")
         peaks[dtype] = peaks_t.float_(dtype)
     peaks_t.done()
+    score_key, value_key = ("attention_score_efficiency_by_head_dim",
+                            "attention_over_value_efficiency_by_head_dim")
+    if a.has(score_key) != a.has(value_key):
+        given, missing = (score_key, value_key) if a.has(score_key) else (value_key, score_key)
+        raise a.fail(missing, f"missing (it goes with {given})")
     acc = Accelerator(a.str_("name"), a.float_("memory_bytes"),
                       a.float_("memory_bandwidth_bytes_per_s"), peaks,
                       a.curve("matmul_efficiency_by_flops"), a.curve("memory_efficiency_by_bytes"),
-                      a.float_("fused_attention_efficiency", high=1.0))
+                      a.float_("fused_attention_efficiency", high=1.0),
+                      a.curve(score_key) if a.has(score_key) else None,
+                      a.curve(value_key) if a.has(value_key) else None)
     a.done()
     n = r.table("node")
     accelerators, nics = n.int_("accelerators"), n.int_("nics")

@@ -8,14 +8,19 @@ memory_efficiency(bytes)))``, with the achieved-efficiency curves of the system 
 * GEMMs: QKV ``2 T h (h + 2 g d) / t``, the two attention products ``2 b (a/t) s_r s d``
   each, the output projection ``2 T h^2 / t``, FC1 ``2 T h f k / t`` (``k`` = 2 when
   gated), FC2 ``2 T f h / t``; ``T = b s_r`` tokens, ``s_r = s / cp``, ``g`` KV heads,
-  ``d`` head size. FlashAttention fuses the attention products and the softmax into one
-  compute-bound kernel that skips the causal half.
+  ``d`` head size. The attention products are a batch of ``b a / t`` small products:
+  where the system gives their measured efficiency by head size
+  (``attention_score_efficiency_by_head_dim``, ``..._over_value_...``) each runs at most
+  at it, otherwise at the matmul curve of the batch's FLOPs. FlashAttention fuses the
+  attention products and the softmax into one compute-bound kernel that skips the
+  causal half.
 * memory-bound operations, reading and writing the compute type: two layer norms, the
   softmax and dropout of the score matrix (unfused attention), two bias-dropout-adds,
   the activation function; sequence parallelism splits the non-tensor-parallel ones.
 * backward: twice the GEMM time (data and weight gradients), 1.5x the memory traffic of
   the memory-bound operations (they read the saved input and the incoming gradient and
-  write one gradient), 2.5x the forward time of a FlashAttention kernel.
+  write one gradient), 2.5x the forward time of a FlashAttention kernel; the unfused
+  attention's backward is one product shaped as ``Q K^T`` and three as ``P V``.
 * recomputation: full repeats the layer's forward (and its communication); selective
   repeats the attention core (scores, softmax, dropout, attention-times-values).
 
@@ -115,10 +120,13 @@ class _Op:
     bytes: FloatArray
 
 
-def _time(system: System, dtype: str, op: _Op, count: float | FloatArray = 1.0) -> FloatArray:
+def _time(system: System, dtype: str, op: _Op, count: float | FloatArray = 1.0,
+          ceiling: float | FloatArray = 1.0) -> FloatArray:
+    """Roofline time of ``op`` as ``count`` equal GEMMs, at the matmul curve of one of
+    them and at most ``ceiling`` of peak."""
     acc = system.accelerator
-    compute = np.where(op.flops > 0, op.flops / (acc.peak(dtype) * acc.matmul_efficiency.at(
-        op.flops / np.maximum(count, 1.0))), 0.0)
+    eff = np.minimum(acc.matmul_efficiency.at(op.flops / np.maximum(count, 1.0)), ceiling)
+    compute = np.where(op.flops > 0, op.flops / (acc.peak(dtype) * eff), 0.0)
     mem = op.bytes / (acc.memory_bandwidth_bytes_per_s * acc.memory_efficiency.at(op.bytes))
     return np.asarray(np.maximum(compute, mem), dtype=np.float64)
 
@@ -171,7 +179,12 @@ def _layer_ops(system: System, model: Model, lay: Layouts) -> dict[str, FloatArr
     proj = _time(system, dt, gemm(tok, h / t, h))
     heads = b * a / t
     scores_op = gemm(sr, d, s, heads)
-    core_unfused = 2 * _time(system, dt, scores_op)
+    score_s, value_s = _attention_products(system, dt, scores_op, d)
+    core_unfused = score_s + value_s
+    # Backward of S = Q K^T and O = P V: dP = dO V^T has the scores' shape (inner
+    # dimension d, s x s out); dV = P^T dO, dQ = dS K and dK = dS^T Q have P V's (inner
+    # dimension s, one head wide out).
+    core_unfused_bwd = score_s + 3 * value_s
     # FlashAttention: both products and the softmax in one kernel that skips the masked
     # (causal) half, at the kernel's own achieved efficiency; it reads Q, K, V and
     # writes O once.
@@ -212,8 +225,31 @@ def _layer_ops(system: System, model: Model, lay: Layouts) -> dict[str, FloatArr
     act = _time(system, dt, _Op(zero, el * tok * ffn_cols * (gate + 1) / t))
     # qkv and fc1 are the column-parallel GEMMs whose backward carries the tensor-parallel
     # collectives that the async path hides (their gradient GEMMs take their forward time).
+    attn_core_bwd = np.where(unfused, core_unfused_bwd, FLASH_BACKWARD_FACTOR * flash)
     return {"gemm": qkv + proj + fc1 + fc2 + router, "attn_core": attn_core,
-            "attn_mem": attn_mem, "mem": norms + bda + act, "qkv": qkv, "fc1": fc1}
+            "attn_core_bwd": attn_core_bwd, "attn_mem": attn_mem, "mem": norms + bda + act,
+            "qkv": qkv, "fc1": fc1}
+
+
+def _attention_products(system: System, dtype: str, scores_op: _Op,
+                        head_dim: float) -> tuple[FloatArray, FloatArray]:
+    """Forward times of the unfused attention's two batched products, ``Q K^T`` and
+    ``P V`` (equal FLOPs and bytes: ``scores_op``).
+
+    A batch of ``b a / t`` products of ``s x d x s`` is not one GEMM of the batch's FLOPs:
+    with the head dimension as the inner (``Q K^T``) or output (``P V``) dimension each
+    tile does little work per byte, and measured A100 rates are far below the curve
+    (Anthony et al. 2024, see the dgx-a100-80gb preset). Where the system gives the
+    measured rates by head dimension each product runs at most at its own, and never
+    faster than the matmul curve of the batch's FLOPs allows; otherwise both run at that
+    curve."""
+    acc = system.accelerator
+    if acc.attention_score_efficiency is None or acc.attention_over_value_efficiency is None:
+        both = _time(system, dtype, scores_op)
+        return both, both
+    return (_time(system, dtype, scores_op, ceiling=acc.attention_score_efficiency.at(head_dim)),
+            _time(system, dtype, scores_op,
+                  ceiling=acc.attention_over_value_efficiency.at(head_dim)))
 
 
 def _flops_per_token_layer(model: Model) -> float:
@@ -255,7 +291,7 @@ def evaluate(system: System, model: Model, lay: Layouts) -> StepArrays:
     fwd_compute = ops["gemm"] + ops["attn_core"]
     fwd_mem = ops["mem"] + ops["attn_mem"]
     flash = lay.attention == Attention.FLASH
-    bwd_compute = 2 * ops["gemm"] + np.where(flash, FLASH_BACKWARD_FACTOR, 2.0) * ops["attn_core"]
+    bwd_compute = 2 * ops["gemm"] + ops["attn_core_bwd"]
     bwd_mem = BACKWARD_MEMORY_FACTOR * fwd_mem
     re_compute = np.where(rc == Recompute.FULL, fwd_compute,
                           np.where((rc == Recompute.SELECTIVE) & ~flash, ops["attn_core"], 0.0))

@@ -6,6 +6,8 @@ papers cited, never from netio.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -18,12 +20,14 @@ from netio.model.inference import (
     Speculation,
     expected_tokens,
     infer,
+    iteration,
     kv_bytes_per_token,
     kv_transfer_s,
     padded_rows,
     serve,
     speedup_vs_batch,
 )
+from netio.model.schema import Curve
 
 H100 = "dgx-h100"
 
@@ -217,3 +221,37 @@ def test_host_bound_iteration_lasts_the_host_walk() -> None:
     fast = infer(system, model, Request(128, 128), Serving(host_per_request_s=0.0),
                  concurrency=8)
     assert fast.iteration_breakdown_s["overhead_s"] == Serving().iteration_overhead_s
+
+
+def test_unfused_prefill_products_run_at_their_measured_rate() -> None:
+    # Spec: an unfused prefill of P tokens attending c each does 4 P c a d / tp FLOPs,
+    # half in Q K^T and half in P V, each at its own flat rate (e_s, e_v) when the system
+    # gives one below the matmul rate: (F/2) / (peak e_s) + (F/2) / (peak e_v) per layer.
+    # Decode and fused attention keep the matmul rate.
+    base = load_system("dgx-a100-80gb")
+    acc = dataclasses.replace(base.accelerator, matmul_efficiency=Curve((1.0,), (0.8,)),
+                              memory_bandwidth_bytes_per_s=1e18,
+                              attention_score_efficiency=Curve((1.0,), (0.25,)),
+                              attention_over_value_efficiency=Curve((1.0,), (0.4,)))
+    system = dataclasses.replace(base, accelerator=acc)
+    model = load_model("llama3-8b")
+    one = np.array([1.0])
+    tokens, ctx = 4096.0, 2048.0
+
+    def attention_s(serving: Serving, prefill: float, decode: float) -> float:
+        it = iteration(system, model, serving, one, one, one, np.array([decode]), one,
+                       np.array([prefill]), np.array([ctx]), np.array([ctx]), one)
+        return float(it.attention_s[0])
+
+    flops = 4 * tokens * ctx * model.attention_heads * model.head_dim
+    peak = system.accelerator.peak("fp16")
+    unfused = Serving(weight_dtype="fp16", kv_dtype="fp16", activation_dtype="fp16",
+                      attention_fused=False)
+    assert attention_s(unfused, tokens, 0.0) == pytest.approx(
+        model.layers * (flops / 2 / (peak * 0.25) + flops / 2 / (peak * 0.4)), rel=1e-9)
+    fused = dataclasses.replace(unfused, attention_fused=True)
+    assert attention_s(fused, tokens, 0.0) == pytest.approx(
+        model.layers * flops / (peak * 0.8), rel=1e-9)
+    decode_flops = 4 * 8 * ctx * model.attention_heads * model.head_dim
+    assert attention_s(unfused, 0.0, 8.0) == pytest.approx(
+        model.layers * decode_flops / (peak * 0.8), rel=1e-9)

@@ -13,7 +13,15 @@ from hypothesis import strategies as st
 from netio.errors import ModelInputError
 from netio.model import Infeasible, Layouts, evaluate, load_model, load_system, train
 from netio.model.memory import layer_params, params_per_rank
-from netio.model.schema import Execution, Link, Model, System, execution_from_dict
+from netio.model.schema import (
+    Attention,
+    Curve,
+    Execution,
+    Link,
+    Model,
+    System,
+    execution_from_dict,
+)
 
 GIB = float(1 << 30)
 
@@ -343,3 +351,38 @@ def test_new_execution_switches_default_to_current_megatron() -> None:
     assert e.async_tp_grad_comm and e.grad_accumulation_fusion
     with pytest.raises(ModelInputError, match="async_tp_grad_comm"):
         execution_from_dict(dict(base, async_tp_grad_comm="yes"))
+
+
+def _attention_test_system(score: float | None, value: float | None) -> System:
+    """The A100 preset with a flat matmul curve of 0.8, memory too fast to matter, and
+    the unfused attention products flat at ``score`` and ``value`` of peak (or absent)."""
+    base = load_system("dgx-a100-80gb")
+    acc = dataclasses.replace(
+        base.accelerator, matmul_efficiency=Curve((1.0,), (0.8,)),
+        memory_bandwidth_bytes_per_s=1e18,
+        attention_score_efficiency=None if score is None else Curve((1.0,), (score,)),
+        attention_over_value_efficiency=None if value is None else Curve((1.0,), (value,)))
+    return dataclasses.replace(base, accelerator=acc)
+
+
+def test_unfused_attention_products_run_at_their_measured_rate() -> None:
+    # Spec: forward Q K^T and P V, F = 2 b (a/t) s^2 d FLOPs each; backward dP = dO V^T
+    # (shaped as Q K^T) and dV, dQ, dK (shaped as P V). At flat rates e_s, e_v against a
+    # matmul rate e_m, a step of m micro-batches on one pipeline stage of L layers (no
+    # recomputation, no data parallelism) grows by L m F / peak (2/e_s + 4/e_v - 6/e_m).
+    model = load_model("megatron-22b")
+    e = ex(pipeline_parallel=1, data_parallel=1, micro_batch_size=2, global_batch_size=6,
+           recompute="none", attention="unfused", sequence_parallel=False,
+           compute_dtype="fp16", grad_reduce_dtype="fp16", overlap_grad_reduce=False)
+    plain = train(_attention_test_system(None, None), model, e)
+    slow = train(_attention_test_system(0.25, 0.4), model, e)
+    b, t, s, d = 2, 8, model.sequence_length, model.head_dim
+    f = 2 * b * (model.attention_heads / t) * s * s * d
+    expected = model.layers * 3 * f / 312e12 * (2 / 0.25 + 4 / 0.4 - 6 / 0.8)
+    assert slow.step_s - plain.step_s == pytest.approx(expected, rel=1e-9)
+    # Rates above the matmul curve do not speed the products up; FlashAttention ignores
+    # the unfused rates.
+    assert train(_attention_test_system(0.9, 0.9), model, e).step_s == plain.step_s
+    flash = dataclasses.replace(e, attention=Attention.FLASH)
+    assert (train(_attention_test_system(0.25, 0.4), model, flash).step_s
+            == train(_attention_test_system(None, None), model, flash).step_s)
