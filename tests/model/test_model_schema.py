@@ -83,6 +83,15 @@ def _preset_doc(kind: str, name: str) -> dict[str, Any]:
      "accelerator.fused_attention_efficiency"),
     (lambda d: d["accelerator"].update(fused_attention_efficiency=1.5),
      "accelerator.fused_attention_efficiency"),
+    (lambda d: d["accelerator"].pop("attention_over_value_efficiency_by_head_dim"),
+     "accelerator.attention_over_value_efficiency_by_head_dim"),
+    (lambda d: d["accelerator"].pop("attention_score_efficiency_by_head_dim"),
+     "accelerator.attention_score_efficiency_by_head_dim"),
+    (lambda d: d["accelerator"].update(attention_score_efficiency_by_head_dim=[[96, 1.2]]),
+     "accelerator.attention_score_efficiency_by_head_dim"),
+    (lambda d: d["accelerator"].update(
+        attention_over_value_efficiency_by_head_dim=[[128, 0.4], [96, 0.3]]),
+     "accelerator.attention_over_value_efficiency_by_head_dim"),
     (lambda d: d.update(networks={}), "networks"),
     (lambda d: d.update(network={"scale_up": {"alpha_s": 1e-6}}),
      "network.scale_up.beta_s_per_byte"),
@@ -197,3 +206,21 @@ def test_system_reads_the_network_from_a_fabric_profile(tmp_path: Path) -> None:
     with pytest.raises(ModelInputError) as info:
         load_system(tmp_path / "sys.json")
     assert "link.json" in str(info.value) and "fit.beta_s_per_bit" in str(info.value)
+
+
+def test_attention_product_curves_are_optional_and_read_by_head_dim(tmp_path: Path) -> None:
+    doc = _preset_doc("system", "dgx-a100-80gb")
+    acc = load_system(write(tmp_path / "with.json", doc)).accelerator
+    assert acc.attention_score_efficiency is not None
+    assert acc.attention_over_value_efficiency is not None
+    # The preset's points (Anthony et al. 2024, Fig. 7: 92.4 and ~107.8 TFLOP/s of 312 at
+    # head dimension 96) come back at their head dimension.
+    assert float(acc.attention_score_efficiency.at(96)) == pytest.approx(92.4 / 312, abs=1e-3)
+    assert float(acc.attention_over_value_efficiency.at(96)) == pytest.approx(107.8 / 312,
+                                                                              abs=1e-3)
+    for key in ("attention_score_efficiency_by_head_dim",
+                "attention_over_value_efficiency_by_head_dim"):
+        doc["accelerator"].pop(key)
+    bare = load_system(write(tmp_path / "without.json", doc)).accelerator
+    assert bare.attention_score_efficiency is None
+    assert bare.attention_over_value_efficiency is None

@@ -108,3 +108,15 @@ def test_infer_sweep_scalar_agreement_and_speculation() -> None:
     fastest = max(res.frontier, key=lambda f: float(f["tokens_per_s_per_user"]))  # type: ignore[arg-type]
     assert fastest["draft_tokens"] != 0
     assert "cost_per_million_tokens_usd" in res.objectives
+
+
+def test_train_sweep_agrees_with_scalar_on_unfused_attention_rates() -> None:
+    # The A100 preset times unfused attention products by head dimension; the sweep
+    # (micro-batch, tensor parallel: the batch of products) must time them as train() does.
+    system, model = load_system("dgx-a100-80gb"), load_model("megatron-22b")
+    base = load_execution("korthikanti-175b-seqsel")
+    s = sweep_train_arrays(system, model, [8, 16], base, price_per_accelerator_hour=2.0)
+    rng = np.random.default_rng(5)
+    for i in rng.choice(len(s.layouts), 25, replace=False):
+        one = train(system, model, layout_execution(s.layouts, int(i)))
+        assert one.step_s == float(s.step.step_s[i])
