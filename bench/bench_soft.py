@@ -110,6 +110,7 @@ def _server(job: dict[str, Any], ip: str, port_q: Any, out_q: Any) -> None:
             nxt = ep.recv(ping[0:64]) if job["kind"] == "latency" else None
             done = ep.recv(ctx.register(bytearray(64))) if nxt is None else None
             await ep.send(ctx.register(bytearray(region.descriptor())))
+            cpu0 = time.process_time()
             if nxt is not None:
                 for k in range(job["count"]):
                     await nxt
@@ -127,7 +128,8 @@ def _server(job: dict[str, Any], ip: str, port_q: Any, out_q: Any) -> None:
                 landed = bool(np.array_equal(target[:expect],
                                              np.arange(expect, dtype=np.uint32).astype(np.uint8)))
             out_q.put({"server": ep.counters(), "address_same": target.ctypes.data == address,
-                       "landed": landed})
+                       "landed": landed,
+                       "server_cpu_us": (time.process_time() - cpu0) / job["count"] * 1e6})
 
     _profiled("server", main)
 
@@ -176,6 +178,7 @@ def _client(job: dict[str, Any], ip: str, server_ip: str, port: int, out_q: Any)
             elif kind == "latency":
                 ping = ctx.register(bytearray(64))
                 rtts = []
+                cpu0 = time.process_time()
                 for _ in range(count):
                     t = time.perf_counter()
                     pong = ep.recv(ping)
@@ -183,7 +186,8 @@ def _client(job: dict[str, Any], ip: str, server_ip: str, port: int, out_q: Any)
                     await pong
                     rtts.append(time.perf_counter() - t)
                 result = {"one_way_us": statistics.median(rtts) / 2 * 1e6,
-                          "one_way_avg_us": statistics.fmean(rtts) / 2 * 1e6}
+                          "one_way_avg_us": statistics.fmean(rtts) / 2 * 1e6,
+                          "client_cpu_us": (time.process_time() - cpu0) / count * 1e6}
             elif kind == "zero_copy":
                 await ep.write(local[0:size], remote[0:size])
             result["client"] = ep.counters()

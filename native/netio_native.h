@@ -256,6 +256,11 @@ typedef struct {
  * iovecs b uses, or -errno (-ENOBUFS: b is full; b is then unchanged). */
 int netio_tx_build(const netio_tx_msg *m, const netio_sge *sge, uint32_t nsge, uint32_t k0,
                    uint32_t psn0, uint32_t count, uint32_t *noack_pkts, netio_tx_batch *b);
+/* Append one whole packet (BTH .. ICRC, at most NETIO_TX_SLOT_BYTES: an ACK
+ * built by the engine) to b, copied into its header slot, so that it leaves
+ * in the same sendmmsg as the packets around it. Returns the iovecs b uses, or
+ * -ENOBUFS (b full) / -EINVAL (too long). */
+int netio_tx_append_packet(netio_tx_batch *b, const uint8_t *pkt, uint32_t len);
 /* sendmmsg packets start.. of b to dst_ip:4791; returns how many went, or
  * -errno when none did. */
 int netio_tx_send(int fd, uint32_t dst_ip, const netio_tx_batch *b, uint32_t start);

@@ -173,6 +173,23 @@ int netio_tx_build(const netio_tx_msg *m, const netio_sge *sge, uint32_t nsge, u
     return (int)niov;
 }
 
+int netio_tx_append_packet(netio_tx_batch *b, const uint8_t *pkt, uint32_t len) {
+    uint32_t j = b->count;
+    uint32_t niov = j ? b->iovstart[j - 1] + b->iovcnt[j - 1] : 0;
+    if (len > NETIO_TX_SLOT_BYTES)
+        return -EINVAL;
+    if (j >= b->max_pkts || niov >= b->max_iov)
+        return -ENOBUFS;
+    uint8_t *h = b->hdr + (size_t)j * NETIO_TX_SLOT_BYTES;
+    memcpy(h, pkt, len);
+    b->iov[niov].base = h;
+    b->iov[niov].len = len;
+    b->iovstart[j] = niov;
+    b->iovcnt[j] = 1;
+    b->count = j + 1;
+    return (int)(niov + 1);
+}
+
 int netio_tx_send(int fd, uint32_t dst_ip, const netio_tx_batch *b, uint32_t start) {
     struct mmsghdr msgs[64];
     struct sockaddr_in to;

@@ -134,6 +134,13 @@ class TxRun:
     def packets(self) -> list[bytes]:
         return [self.packet(j) for j in range(self.count)]
 
+    def append_packet(self, packet: bytes) -> bool:
+        """Append one whole packet (an ACK) copied into a header slot; False when it does
+        not fit (the run is full or the packet is longer than a slot)."""
+        if len(packet) > _SLOT_BYTES:
+            return False
+        return int(native.lib.netio_tx_append_packet(self.batch, packet, len(packet))) >= 0
+
     def send(self, fd: int, dst_ip: int, start: int) -> int:
         """sendmmsg packets ``start``..; how many went, or -errno when none did."""
         return int(native.lib.netio_tx_send(fd, dst_ip, self.batch, start))
@@ -367,4 +374,10 @@ class RxPath:
 
 SlowPath = Callable[[int], None]
 
-__all__ = ["MAX_RUN_PACKETS", "CopyCounters", "RxPath", "RxRing", "TxRun", "build_run"]
+def small_run() -> TxRun:
+    """An empty run for packets the engine built whole (ACKs) and what follows them."""
+    return TxRun(_RUN_CAPACITY, 4 * _RUN_CAPACITY + 1)
+
+
+__all__ = ["MAX_RUN_PACKETS", "CopyCounters", "RxPath", "RxRing", "TxRun", "build_run",
+           "small_run"]
