@@ -27,14 +27,14 @@ from netio.errors import DecodeError, EncodeError, RoceError
 from netio.roce.attributes import RECEIVE_STATES, SEND_STATES
 from netio.roce.completer import Completer
 from netio.roce.memory import ProtectionDomain
-from netio.roce.native_path import RxPath, RxRing, TxRun, build_run, small_run
+from netio.roce.native_path import RxPath, RxRing, TxRun, TxScratch, build_run, small_run
 from netio.roce.ports import QpPort
 from netio.roce.psn import psn_add, psn_diff
 from netio.roce.qp import QpAttributes, QpState, QpType, QueuePair
 from netio.roce.queues import CompletionQueue, SharedReceiveQueue
 from netio.roce.verbs import Completion, IpAddress, SendWr
 from netio.wire.bth import Bth, Opcode, Operation, Transport
-from netio.wire.ext import Aeth, AtomicAckEth, AtomicEth, Deth, ImmDt, Reth
+from netio.wire.ext import CREDITS_INVALID, Aeth, AtomicAckEth, AtomicEth, Deth, ImmDt, Reth
 from netio.wire.icrc import compute_icrc, verify_icrc
 from netio.wire.ip import Ecn, IpProto, Ipv4, Ipv6
 from netio.wire.packet import RoceHeaders, build_roce_udp_payload, decode_roce
@@ -83,7 +83,8 @@ class EngineStats:
     payload byte = 1 + user copy bytes / payload bytes). The pure-Python path counts its
     known copies (gather, packet assembly; receive buffer, decode, placement) as a lower
     bound; the native path has none on send and one (ring slot to registered buffer) on
-    receive. ``*_native_packets``: packets the C path built or placed."""
+    receive. ``*_native_packets``: packets the C path built, or took on receive (placed a
+    payload, completed a receive, or passed a plain ACK to the completer)."""
 
     datagrams_sent: int = 0
     datagrams_received: int = 0
@@ -167,6 +168,7 @@ class RoceEngine:
                          and isinstance(self.local_ip, ipaddress.IPv4Address) else None)
         self._ready: dict[int, QueuePair] = {}  # QPs that may have packets to generate
         self._tombstones: dict[int, Tombstone] = {}
+        self._tx_scratch: TxScratch | None = None
 
     # -- verbs objects -------------------------------------------------------------------
 
@@ -297,6 +299,34 @@ class RoceEngine:
             self.stats.tx_payload_bytes += len(payload)
             self.stats.tx_user_copy_bytes += 2 * len(payload)
 
+    def transmit_ack(self, qp: QpPort, psn: int, msn: int) -> None:
+        """Queue an RC ACKNOWLEDGE of ``psn`` (AETH: ACK, credits invalid, ``msn``), built
+        in C into the native run of its socket when the native path applies."""
+        attrs = qp.attrs
+        dst_ip = attrs.remote_ip
+        if dst_ip is None:
+            return
+        src_port = qp.udp_src_port
+        local = self.local_ip
+        if self.native and isinstance(dst_ip, ipaddress.IPv4Address) and isinstance(
+                local, ipaddress.IPv4Address):
+            aeth = (CREDITS_INVALID << 24) | (msn & 0xFFFFFF)
+            args = (int(local), int(dst_ip), src_port, attrs.pkey, attrs.dest_qp_num, psn, aeth)
+            last = self._outbox[-1] if self._outbox else None
+            if (isinstance(last, OutgoingRun) and last.dst_ip == dst_ip
+                    and last.src_udp_port == src_port and last.dscp == attrs.dscp
+                    and last.ecn == attrs.ecn and last.run.append_ack(*args)):
+                self._outbox_pkts += 1
+                return
+            run = small_run()
+            if run.append_ack(*args):
+                self._outbox.append(OutgoingRun(dst_ip, src_port, attrs.dscp, attrs.ecn, run))
+                self._outbox_pkts += 1
+                return
+        bth = Bth(Opcode.RC_ACKNOWLEDGE, False, False, 0, 0, attrs.pkey, False, False,
+                  attrs.dest_qp_num, False, psn)
+        self.transmit(qp, dst_ip, bth, b"", aeth=Aeth.ack(msn))
+
     def transmit_run(self, qp: QpPort, wr: SendWr, length: int, npkts: int, k0: int,
                      psn0: int, count: int, noack_pkts: int) -> int | None:
         """Queue packets ``k0 .. k0+count-1`` of SEND/WRITE ``wr`` built by the native path;
@@ -311,7 +341,10 @@ class RoceEngine:
         into = last.run if (isinstance(last, OutgoingRun) and last.dst_ip == attrs.remote_ip
                             and last.src_udp_port == qp.udp_src_port
                             and last.dscp == attrs.dscp and last.ecn == attrs.ecn) else None
-        built = build_run(qp, wr, length, npkts, k0, psn0, count, noack_pkts, into)
+        if self._tx_scratch is None:
+            self._tx_scratch = TxScratch()
+        built = build_run(qp, wr, length, npkts, k0, psn0, count, noack_pkts, into,
+                          self._tx_scratch)
         if built is None:
             return None
         run, noack, payload_bytes = built
@@ -461,23 +494,27 @@ class RoceEngine:
             return
         self._coalescing = self.coalesce_acks
         try:
-            self._receive_ring(rx, ring, count, slow)
+            self._receive_ring(rx, ring, count, now_ns, slow)
         finally:
             self._coalescing = False
 
-    def _receive_ring(self, rx: RxPath, ring: RxRing, count: int,
+    def _receive_ring(self, rx: RxPath, ring: RxRing, count: int, now_ns: int,
                       slow: Callable[[int], None]) -> None:
+        def on_ack(qp: QueuePair, psn: int) -> None:
+            # what _dispatch does with a plain ACK of an RC QP in a send state
+            if not self._completers[qp.qp_num].on_plain_ack(psn, now_ns):
+                self.stats.dropped_response += 1
+
         rx.refresh_all()
         i = 0
         while i < count:
-            j, placed, owed = rx.run(ring, i, self.verify_icrc)
+            j, placed, owed = rx.run(ring, i, self.verify_icrc, self._coalescing, on_ack)
             if placed:
                 self.stats.datagrams_received += placed
                 self.stats.rx_native_packets += placed
                 self._sync_copies(rx)
-                if owed is not None:
-                    owed.responder.acknowledge(psn_add(owed.responder.expected_psn, -1))
-                    rx.refresh(owed)
+                for owner, psn in owed:
+                    owner.responder.acknowledge(psn)
                 i = j
                 continue
             slow(i)
