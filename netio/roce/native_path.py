@@ -17,6 +17,14 @@ case; this module only takes over the packets whose handling is fixed arithmetic
   (FIRST and LAST packets, NAKs, READ, atomics, errors, duplicates, gaps) goes to the
   engine.
 
+Not used, on purpose: UDP GSO/GRO (``UDP_SEGMENT``/``UDP_GRO``) and ``MSG_ZEROCOPY``. The
+kernel here (6.18) offers all three, but a GSO send over loopback reaches a raw socket as
+one unsegmented IPv4 packet (three 1000-byte segments arrived as one 2928-byte packet
+with IP ID 0; only the UDP socket saw three datagrams), so the raw receive mode and any
+capture would see super-packets; and a GSO send needs equal segments, which the packets
+of one message are only from the second (the FIRST carries a RETH) to the last. Neither
+was measured against sendmmsg: that remains to be done before turning them on.
+
 Copies are counted (:class:`CopyCounters`): payload bytes moved by netio in user space
 on top of the kernel's one copy between socket and user memory.
 """
