@@ -13,7 +13,8 @@ Every netio figure uses the public API (``netio.open("soft", local_addr=...)``,
   datagrams); the references count what the receiver got, per second between its first
   and last datagram;
 * latency: 64 B SEND ping-pong, half the round trip (sockperf's convention), against
-  ``sockperf ping-pong`` UDP 64 B;
+  ``sockperf ping-pong`` UDP 64 B and against a plain Python asyncio UDP ping-pong (the
+  floor of any asyncio design), with the client's CPU time per round trip;
 * message rate: 64 B WRITE and SEND posted in batches against the C pair with 64 B
   datagrams;
 * native against pure (``NETIO_PURE=1``): the same workloads;
@@ -110,6 +111,7 @@ def _server(job: dict[str, Any], ip: str, port_q: Any, out_q: Any) -> None:
             nxt = ep.recv(ping[0:64]) if job["kind"] == "latency" else None
             done = ep.recv(ctx.register(bytearray(64))) if nxt is None else None
             await ep.send(ctx.register(bytearray(region.descriptor())))
+            cpu0 = time.process_time()
             if nxt is not None:
                 for k in range(job["count"]):
                     await nxt
@@ -127,7 +129,8 @@ def _server(job: dict[str, Any], ip: str, port_q: Any, out_q: Any) -> None:
                 landed = bool(np.array_equal(target[:expect],
                                              np.arange(expect, dtype=np.uint32).astype(np.uint8)))
             out_q.put({"server": ep.counters(), "address_same": target.ctypes.data == address,
-                       "landed": landed})
+                       "landed": landed,
+                       "server_cpu_us": (time.process_time() - cpu0) / job["count"] * 1e6})
 
     _profiled("server", main)
 
@@ -176,6 +179,7 @@ def _client(job: dict[str, Any], ip: str, server_ip: str, port: int, out_q: Any)
             elif kind == "latency":
                 ping = ctx.register(bytearray(64))
                 rtts = []
+                cpu0 = time.process_time()
                 for _ in range(count):
                     t = time.perf_counter()
                     pong = ep.recv(ping)
@@ -183,7 +187,8 @@ def _client(job: dict[str, Any], ip: str, server_ip: str, port: int, out_q: Any)
                     await pong
                     rtts.append(time.perf_counter() - t)
                 result = {"one_way_us": statistics.median(rtts) / 2 * 1e6,
-                          "one_way_avg_us": statistics.fmean(rtts) / 2 * 1e6}
+                          "one_way_avg_us": statistics.fmean(rtts) / 2 * 1e6,
+                          "client_cpu_us": (time.process_time() - cpu0) / count * 1e6}
             elif kind == "zero_copy":
                 await ep.write(local[0:size], remote[0:size])
             result["client"] = ep.counters()
@@ -278,6 +283,71 @@ def iperf3_udp(size: int, seconds: float) -> dict[str, float] | None:
         srv.wait()
 
 
+def _echo(ip: str, port_q: Any) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+
+        class Echo(asyncio.DatagramProtocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                self.transport = transport
+
+            def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+                if data == b"bye":
+                    done.set_result(None)
+                else:
+                    self.transport.sendto(data, addr)  # type: ignore[attr-defined]
+
+        transport, _ = await loop.create_datagram_endpoint(Echo, local_addr=(ip, 0))
+        port_q.put(transport.get_extra_info("sockname")[1])
+        await done
+        transport.close()
+
+    asyncio.run(main())
+
+
+def asyncio_udp_latency(count: int) -> dict[str, float]:
+    """The floor of any asyncio design: a Python asyncio UDP ping-pong of 64 B between two
+    processes (DatagramProtocol, one future per round trip), half the round trip (median)
+    and the client's CPU per round trip, in us."""
+    ctx = mp.get_context("spawn")
+    server_ip, _ = _addresses()
+    port_q = ctx.Queue()
+    server = ctx.Process(target=_echo, args=(server_ip, port_q))
+    server.start()
+    port = port_q.get(timeout=30)
+
+    async def client() -> dict[str, float]:
+        loop = asyncio.get_running_loop()
+        waiting: list[asyncio.Future[bytes]] = []
+
+        class Client(asyncio.DatagramProtocol):
+            def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+                waiting.pop().set_result(data)
+
+        transport, _ = await loop.create_datagram_endpoint(Client,
+                                                           remote_addr=(server_ip, port))
+        rtts = []
+        cpu0 = time.process_time()
+        for _ in range(count):
+            waiting.append(loop.create_future())
+            t = time.perf_counter()
+            transport.sendto(bytes(64))
+            await waiting[0]
+            rtts.append(time.perf_counter() - t)
+        cpu_us = (time.process_time() - cpu0) / count * 1e6
+        transport.sendto(b"bye")
+        transport.close()
+        return {"one_way_us": statistics.median(rtts) / 2 * 1e6, "client_cpu_us": cpu_us}
+
+    try:
+        return asyncio.run(client())
+    finally:
+        server.join(10)
+        if server.is_alive():
+            server.kill()
+
+
 def sockperf_latency(seconds: float) -> float | None:
     """sockperf ping-pong UDP 64 B: its average latency (half the round trip), in us."""
     if shutil.which("sockperf") is None:
@@ -300,14 +370,20 @@ def sockperf_latency(seconds: float) -> float | None:
 
 # -- the report ----------------------------------------------------------------------------
 
+_LAST: dict[str, list[dict[str, Any]]] = {}  # the whole results of the last _rounds
+
+
 def _rounds(runs: int, fns: dict[str, Callable[[], Any]], key: str) -> dict[str, list[float]]:
     """Each of ``fns`` once per round, ``runs`` rounds, interleaved so that a change of load
     on the machine hits every side alike; the values of ``key`` (NaN where a tool is
     missing), by name."""
     out: dict[str, list[float]] = {name: [] for name in fns}
+    _LAST.clear()
     for _ in range(runs):
         for name, fn in fns.items():
             r = fn()
+            if isinstance(r, dict):
+                _LAST.setdefault(name, []).append(r)
             out[name].append(float(r[key]) if isinstance(r, dict) else
                              float(r) if r is not None else float("nan"))
     return out
@@ -366,13 +442,21 @@ def main(argv: list[str] | None = None) -> int:
             "native": lambda: netio_run(lat_job),
             "pure": lambda: netio_run({**lat_job, "pure": True}),
             "sockperf": lambda: {"one_way_us": sockperf_latency(3 * q + 1) or float("nan")},
+            "asyncio": lambda: asyncio_udp_latency(n),
         }, "one_way_us")
-        print("\n64 B SEND latency, half round trip [us] (netio: median; sockperf: its avg)")
-        print(f"  netio soft native      {_med(lat['native']):9.1f}")
-        print(f"  netio soft pure        {_med(lat['pure']):9.1f}   native/pure "
-              f"{_ratio(lat['native'], lat['pure'])}")
+        cpu = {name: [float(r["client_cpu_us"]) for r in rs] for name, rs in _LAST.items()
+               if name in ("native", "pure", "asyncio")}
+        print("\n64 B SEND latency, half round trip [us] (netio: median; sockperf: its avg); "
+              "client CPU per round trip [us]")
+        print(f"  netio soft native      {_med(lat['native']):9.1f}   CPU "
+              f"{_med(cpu['native']):7.1f}")
+        print(f"  netio soft pure        {_med(lat['pure']):9.1f}   CPU {_med(cpu['pure']):7.1f}"
+              f"   native/pure {_ratio(lat['native'], lat['pure'])}")
         print(f"  sockperf ping-pong UDP {_med(lat['sockperf']):9.1f}   netio/sockperf "
               f"{_ratio(lat['native'], lat['sockperf'])}")
+        print(f"  asyncio UDP ping-pong  {_med(lat['asyncio']):9.1f}   CPU "
+              f"{_med(cpu['asyncio']):7.1f}   netio/asyncio {_ratio(lat['native'], lat['asyncio'])}"
+              "  (the floor of a Python event loop)")
 
     if args.only in (None, "rate"):
         n = int(40000 * q)

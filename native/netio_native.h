@@ -256,6 +256,15 @@ typedef struct {
  * iovecs b uses, or -errno (-ENOBUFS: b is full; b is then unchanged). */
 int netio_tx_build(const netio_tx_msg *m, const netio_sge *sge, uint32_t nsge, uint32_t k0,
                    uint32_t psn0, uint32_t count, uint32_t *noack_pkts, netio_tx_batch *b);
+/* Append one whole packet (BTH .. ICRC, at most NETIO_TX_SLOT_BYTES: an ACK
+ * built by the engine) to b, copied into its header slot, so that it leaves
+ * in the same sendmmsg as the packets around it. Returns the iovecs b uses, or
+ * -ENOBUFS (b full) / -EINVAL (too long). */
+int netio_tx_append_packet(netio_tx_batch *b, const uint8_t *pkt, uint32_t len);
+/* Append an RC ACKNOWLEDGE (BTH + AETH aeth, ICRC for the IPv4 header the
+ * kernel emits: ID 0, DF) for PSN psn to QP dest_qp; as netio_tx_append_packet. */
+int netio_tx_ack(netio_tx_batch *b, uint32_t src_ip, uint32_t dst_ip, uint32_t src_port,
+                 uint32_t pkey, uint32_t dest_qp, uint32_t psn, uint32_t aeth);
 /* sendmmsg packets start.. of b to dst_ip:4791; returns how many went, or
  * -errno when none did. */
 int netio_tx_send(int fd, uint32_t dst_ip, const netio_tx_batch *b, uint32_t start);
@@ -275,9 +284,15 @@ typedef struct {
 } netio_rx_ring;
 /* recvmmsg (non-blocking) into r; returns the count or -errno. */
 int netio_rx_recv(int fd, netio_rx_ring *r);
-/* A QP's message in progress as the engine left it: the next MIDDLE packet
- * (opcode middle_opcode, PSN expected_psn, from remote_ip with pkey) lands at
- * dst, room bytes are contiguous there. middle_opcode 0xFFFFFFFF: off. */
+/* A QP's receive state as the engine left it. A message in progress: the next
+ * MIDDLE packet (opcode middle_opcode, PSN expected_psn, from remote_ip with
+ * pkey) lands at dst, room bytes are contiguous there (middle_opcode
+ * 0xFFFFFFFF: none). idle: no message in progress, so an RC SEND ONLY (with
+ * immediate) lands in the next of the nrecv loaded receives (recv_addr[i],
+ * recv_room[i] contiguous bytes; recv_used of them consumed) and an RC WRITE
+ * ONLY (with immediate: it consumes a receive) lands in the cached region
+ * (wc_rkey names [wc_va, wc_va + wc_len) at host address wc_addr; write_ok 0:
+ * no cache or REMOTE_WRITE not allowed). msn counts completed messages. */
 typedef struct {
     uint32_t qpn;
     uint32_t middle_opcode;
@@ -290,12 +305,43 @@ typedef struct {
     uint64_t received;
     uint64_t placed_packets;
     uint64_t placed_bytes;
+    uint32_t idle;
+    uint32_t msn;
+    uint32_t write_ok;
+    uint32_t wc_rkey;
+    uint64_t wc_va;
+    uint64_t wc_len;
+    uint64_t wc_addr;
+    uint32_t nrecv;
+    uint32_t recv_used;
+    uint64_t *recv_addr;
+    uint64_t *recv_room;
+    uint32_t ack_owed;
+    uint32_t ack_psn;
+    uint32_t acks; /* 1: the QP's requester takes responses (send states) */
 } netio_rx_fast;
-/* Place in-order MIDDLE packets from slot start on; stops at the first other
- * packet, or after one asking for an ACK (*ack_ctx = its context index, else
- * 0xFFFFFFFF). Returns the index of the first slot not consumed. */
+/* An event of the native receive path, in arrival order: a completion of
+ * context ctx from its receive recv (an index into the loaded receives) with
+ * byte_len and imm, kind 0 RECV, 1 RECV with immediate, 2 RECV_RDMA_WITH_IMM;
+ * or kind 3, an ACK (AETH syndrome ACK) for context ctx's requester with PSN
+ * imm, for the engine's completer. */
+typedef struct {
+    uint32_t ctx;
+    uint32_t recv;
+    uint32_t byte_len;
+    uint32_t imm;
+    uint32_t kind;
+} netio_rx_wc;
+/* Place in-order packets from slot start on: MIDDLE packets of a message in
+ * progress, and ONLY SEND/WRITE packets of an idle context (their completions
+ * appended to wc, *nwc of max_wc), and pass on plain ACKs (events of kind 3).
+ * Stops at the first other packet. A packet
+ * asking for an ACK: with coalesce, the context's ack_owed/ack_psn are set and
+ * the run goes on; without, the run stops after it (*ack_ctx = its context
+ * index, else 0xFFFFFFFF). Returns the index of the first slot not consumed. */
 int64_t netio_rx_fast_run(netio_rx_ring *r, uint32_t start, uint32_t local_ip, int verify_icrc,
-                          netio_rx_fast *ctx, uint32_t nctx, uint32_t *ack_ctx);
+                          netio_rx_fast *ctx, uint32_t nctx, int coalesce, netio_rx_wc *wc,
+                          uint32_t max_wc, uint32_t *nwc, uint32_t *ack_ctx);
 /* Plain UDP peer for bench/ (native/udpbench.c): sendmmsg count datagrams of
  * data[0:size] to dst_ip:port (host order); returns how many or -errno. */
 int64_t netio_udp_blast(int fd, uint32_t dst_ip, uint32_t port, const uint8_t *data,

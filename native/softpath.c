@@ -173,6 +173,41 @@ int netio_tx_build(const netio_tx_msg *m, const netio_sge *sge, uint32_t nsge, u
     return (int)niov;
 }
 
+int netio_tx_append_packet(netio_tx_batch *b, const uint8_t *pkt, uint32_t len) {
+    uint32_t j = b->count;
+    uint32_t niov = j ? b->iovstart[j - 1] + b->iovcnt[j - 1] : 0;
+    if (len > NETIO_TX_SLOT_BYTES)
+        return -EINVAL;
+    if (j >= b->max_pkts || niov >= b->max_iov)
+        return -ENOBUFS;
+    uint8_t *h = b->hdr + (size_t)j * NETIO_TX_SLOT_BYTES;
+    memcpy(h, pkt, len);
+    b->iov[niov].base = h;
+    b->iov[niov].len = len;
+    b->iovstart[j] = niov;
+    b->iovcnt[j] = 1;
+    b->count = j + 1;
+    return (int)(niov + 1);
+}
+
+int netio_tx_ack(netio_tx_batch *b, uint32_t src_ip, uint32_t dst_ip, uint32_t src_port,
+                 uint32_t pkey, uint32_t dest_qp, uint32_t psn, uint32_t aeth) {
+    uint8_t pkt[20];
+    pkt[0] = 0x11; /* RC ACKNOWLEDGE */
+    pkt[1] = 0;    /* no SE, no MigReq, no pad, TVer 0 */
+    put16(pkt + 2, pkey);
+    put32(pkt + 4, dest_qp & 0xFFFFFFu);
+    put32(pkt + 8, psn & 0xFFFFFFu); /* AckReq 0 */
+    put32(pkt + 12, aeth);
+    uint32_t crc = icrc_ipv4_start(src_ip, dst_ip, src_port, ROCE_PORT, 8 + sizeof pkt);
+    crc = icrc_bth_on(crc, pkt, 16);
+    pkt[16] = (uint8_t)crc;
+    pkt[17] = (uint8_t)(crc >> 8);
+    pkt[18] = (uint8_t)(crc >> 16);
+    pkt[19] = (uint8_t)(crc >> 24);
+    return netio_tx_append_packet(b, pkt, sizeof pkt);
+}
+
 int netio_tx_send(int fd, uint32_t dst_ip, const netio_tx_batch *b, uint32_t start) {
     struct mmsghdr msgs[64];
     struct sockaddr_in to;
@@ -269,10 +304,96 @@ static int slot_payload(const netio_rx_ring *r, uint32_t i, const uint8_t **p, u
     return 0;
 }
 
+/* The ICRC of a received packet (p: BTH .. ICRC, n bytes) is right. */
+static int icrc_ok(const netio_rx_ring *r, const uint8_t *p, uint32_t n, uint32_t src,
+                   uint32_t sport, uint32_t local_ip) {
+    uint32_t crc;
+    if (r->raw) {
+        int64_t v = netio_icrc(p - 28, 28 + n - 4);
+        if (v < 0)
+            return 0;
+        crc = (uint32_t)v;
+    } else {
+        crc = icrc_ipv4_start(src, local_ip, sport, ROCE_PORT, 8 + n);
+        crc = icrc_bth_on(crc, p, n - 4);
+    }
+    const uint8_t *ic = p + n - 4;
+    uint32_t carried = (uint32_t)ic[0] | ((uint32_t)ic[1] << 8) | ((uint32_t)ic[2] << 16) |
+                       ((uint32_t)ic[3] << 24);
+    return crc == carried;
+}
+
+static uint64_t get64(const uint8_t *p) { return ((uint64_t)get32(p) << 32) | get32(p + 4); }
+
+/* RC opcodes (IBTA vol 1 Table 38). */
+#define OP_SEND_ONLY 0x04u
+#define OP_SEND_ONLY_IMM 0x05u
+#define OP_WRITE_ONLY 0x0Au
+#define OP_WRITE_ONLY_IMM 0x0Bu
+#define OP_ACKNOWLEDGE 0x11u
+#define MAX_MESSAGE 0x80000000ull /* 2**31, as netio/roce/verbs.py MAX_MESSAGE_BYTES */
+
+/* An ONLY SEND/WRITE for an idle context: placed and completed (1), or left to
+ * the engine (0). Mirrors netio/roce/responder.py _send/_write for an in-order
+ * packet that passes every check. */
+static int place_only(netio_rx_fast *c, uint32_t ci, const uint8_t *p, uint32_t n,
+                      netio_rx_wc *wc, uint32_t max_wc, uint32_t *nwc) {
+    uint32_t op = p[0];
+    uint32_t hl;
+    switch (op) {
+    case OP_SEND_ONLY: hl = 12; break;
+    case OP_SEND_ONLY_IMM: hl = 16; break;
+    case OP_WRITE_ONLY: hl = 28; break;
+    case OP_WRITE_ONLY_IMM: hl = 32; break;
+    default: return 0;
+    }
+    uint32_t pad = (p[1] >> 4) & 3u;
+    if ((p[1] & 0x0Fu) != 0 || n < hl + pad + 4 || *nwc >= max_wc)
+        return 0;
+    uint32_t size = n - hl - pad - 4;
+    if (size > c->mtu || ((size + pad) & 3u) != 0)
+        return 0;
+    int has_imm = op == OP_SEND_ONLY_IMM || op == OP_WRITE_ONLY_IMM;
+    uint32_t imm = has_imm ? get32(p + hl - 4) : 0;
+    netio_rx_wc *w = &wc[*nwc];
+    if (op == OP_SEND_ONLY || op == OP_SEND_ONLY_IMM) {
+        if (c->recv_used >= c->nrecv || size > c->recv_room[c->recv_used])
+            return 0; /* no receive loaded (RNR, SRQ, several SGEs) or too small */
+        memcpy((uint8_t *)(uintptr_t)c->recv_addr[c->recv_used], p + hl, size);
+        w->kind = has_imm ? 1u : 0u;
+        w->byte_len = size;
+    } else {
+        uint64_t va = get64(p + 12);
+        uint32_t rkey = get32(p + 20);
+        uint32_t dma = get32(p + 24);
+        if (!c->write_ok || rkey != c->wc_rkey || dma != size || dma == 0 || dma > MAX_MESSAGE)
+            return 0;
+        if (va < c->wc_va || va - c->wc_va > c->wc_len || dma > c->wc_len - (va - c->wc_va))
+            return 0;
+        if (has_imm && c->recv_used >= c->nrecv)
+            return 0;
+        memcpy((uint8_t *)(uintptr_t)(c->wc_addr + (va - c->wc_va)), p + hl, size);
+        w->kind = 2u;
+        w->byte_len = dma;
+    }
+    if (op != OP_WRITE_ONLY) { /* it consumed the next receive: a completion */
+        w->ctx = ci;
+        w->recv = c->recv_used;
+        w->imm = imm;
+        c->recv_used++;
+        (*nwc)++;
+    }
+    c->msn = (c->msn + 1) & 0xFFFFFFu;
+    c->placed_bytes += size;
+    return 1;
+}
+
 int64_t netio_rx_fast_run(netio_rx_ring *r, uint32_t start, uint32_t local_ip, int verify_icrc,
-                          netio_rx_fast *ctx, uint32_t nctx, uint32_t *ack_ctx) {
+                          netio_rx_fast *ctx, uint32_t nctx, int coalesce, netio_rx_wc *wc,
+                          uint32_t max_wc, uint32_t *nwc, uint32_t *ack_ctx) {
     uint32_t i = start;
     *ack_ctx = 0xFFFFFFFFu;
+    *nwc = 0;
     for (; i < r->count; i++) {
         const uint8_t *p;
         uint32_t n, src, sport;
@@ -281,44 +402,61 @@ int64_t netio_rx_fast_run(netio_rx_ring *r, uint32_t start, uint32_t local_ip, i
         uint32_t qpn = get32(p + 4) & 0xFFFFFFu;
         netio_rx_fast *c = NULL;
         for (uint32_t q = 0; q < nctx; q++) {
-            if (ctx[q].qpn == qpn && ctx[q].middle_opcode != 0xFFFFFFFFu) {
+            if (ctx[q].qpn == qpn &&
+                (ctx[q].middle_opcode != 0xFFFFFFFFu || ctx[q].idle || ctx[q].acks)) {
                 c = &ctx[q];
                 break;
             }
         }
-        if (c == NULL || p[0] != c->middle_opcode || src != c->remote_ip)
+        if (c == NULL || src != c->remote_ip || ((((uint32_t)p[2] << 8) | p[3]) != c->pkey))
             break;
-        if ((p[1] & 0x30u) != 0 || ((((uint32_t)p[2] << 8) | p[3]) != c->pkey))
-            break; /* a middle packet carries a full MTU: no pad */
         uint32_t psn = get32(p + 8) & 0xFFFFFFu;
-        if (psn != c->expected_psn || n != 12u + c->mtu + 4u || c->room < c->mtu)
-            break;
-        if (verify_icrc) {
-            uint32_t crc;
-            if (r->raw) {
-                int64_t v = netio_icrc(p - 28, 28 + n - 4);
-                if (v < 0)
-                    break;
-                crc = (uint32_t)v;
-            } else {
-                crc = icrc_ipv4_start(src, local_ip, sport, ROCE_PORT, 8 + n);
-                crc = icrc_bth_on(crc, p, n - 4);
-            }
-            const uint8_t *ic = p + n - 4;
-            uint32_t carried = (uint32_t)ic[0] | ((uint32_t)ic[1] << 8) |
-                               ((uint32_t)ic[2] << 16) | ((uint32_t)ic[3] << 24);
-            if (crc != carried)
-                break; /* the engine decides (drop, or rxe's other IP IDs in UDP mode) */
+        if (p[0] == OP_ACKNOWLEDGE) {
+            /* a plain ACK (no pad, ACK syndrome): the completer's; NAKs go to the engine */
+            if (!c->acks || n != 20u || (p[1] & 0x3Fu) != 0 || (p[12] >> 5) != 0 ||
+                *nwc >= max_wc)
+                break;
+            if (verify_icrc && !icrc_ok(r, p, n, src, sport, local_ip))
+                break;
+            netio_rx_wc *w = &wc[(*nwc)++];
+            w->ctx = (uint32_t)(c - ctx);
+            w->recv = 0xFFFFFFFFu;
+            w->byte_len = 0;
+            w->imm = psn;
+            w->kind = 3u;
+            continue;
         }
-        memcpy(c->dst, p + 12, c->mtu);
-        c->dst += c->mtu;
-        c->room -= c->mtu;
-        c->received += c->mtu;
+        if (psn != c->expected_psn)
+            break;
+        if (c->middle_opcode != 0xFFFFFFFFu) {
+            if (p[0] != c->middle_opcode || (p[1] & 0x30u) != 0)
+                break; /* a middle packet carries a full MTU: no pad */
+            if (n != 12u + c->mtu + 4u || c->room < c->mtu)
+                break;
+            if (verify_icrc && !icrc_ok(r, p, n, src, sport, local_ip))
+                break; /* the engine decides (drop, or rxe's other IP IDs in UDP mode) */
+            memcpy(c->dst, p + 12, c->mtu);
+            c->dst += c->mtu;
+            c->room -= c->mtu;
+            c->received += c->mtu;
+            c->placed_bytes += c->mtu;
+        } else {
+            if (!c->idle)
+                break;
+            if (verify_icrc && !icrc_ok(r, p, n, src, sport, local_ip))
+                break;
+            if (!place_only(c, (uint32_t)(c - ctx), p, n, wc, max_wc, nwc))
+                break;
+        }
         c->expected_psn = (psn + 1) & 0xFFFFFFu;
         c->placed_packets++;
-        c->placed_bytes += c->mtu;
-        if (p[8] & 0x80u) { /* AckReq: the engine sends the ACK */
-            *ack_ctx = (uint32_t)(c - ctx);
+        if (p[8] & 0x80u) { /* AckReq */
+            if (coalesce) {
+                c->ack_owed = 1;
+                c->ack_psn = psn;
+                continue;
+            }
+            *ack_ctx = (uint32_t)(c - ctx); /* the engine sends the ACK now */
             i++;
             break;
         }

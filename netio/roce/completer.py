@@ -63,6 +63,13 @@ class Completer:
             return self._on_atomic_ack(psn, atomic_orig, now_ns)
         return False
 
+    def on_plain_ack(self, psn: int, now_ns: int) -> bool:
+        """An ACK (AETH syndrome ACK) the native path parsed: :meth:`on_response` for it."""
+        if not self._in_flight(psn):
+            return False
+        self._ack_through(psn, now_ns)
+        return True
+
     # -- acknowledgements --------------------------------------------------------------------
 
     def _ack_through(self, psn: int, now_ns: int) -> None:

@@ -27,17 +27,17 @@ from netio.errors import DecodeError, EncodeError, RoceError
 from netio.roce.attributes import RECEIVE_STATES, SEND_STATES
 from netio.roce.completer import Completer
 from netio.roce.memory import ProtectionDomain
-from netio.roce.native_path import RxPath, RxRing, TxRun, build_run
+from netio.roce.native_path import RxPath, RxRing, TxRun, TxScratch, build_run, small_run
 from netio.roce.ports import QpPort
-from netio.roce.psn import psn_add
-from netio.roce.qp import QpType, QueuePair
+from netio.roce.psn import psn_add, psn_diff
+from netio.roce.qp import QpAttributes, QpState, QpType, QueuePair
 from netio.roce.queues import CompletionQueue, SharedReceiveQueue
 from netio.roce.verbs import Completion, IpAddress, SendWr
-from netio.wire.bth import Bth, Transport
-from netio.wire.ext import Aeth, AtomicAckEth, AtomicEth, Deth, ImmDt, Reth
+from netio.wire.bth import Bth, Opcode, Operation, Transport
+from netio.wire.ext import CREDITS_INVALID, Aeth, AtomicAckEth, AtomicEth, Deth, ImmDt, Reth
 from netio.wire.icrc import compute_icrc, verify_icrc
 from netio.wire.ip import Ecn, IpProto, Ipv4, Ipv6
-from netio.wire.packet import build_roce_udp_payload, decode_roce
+from netio.wire.packet import RoceHeaders, build_roce_udp_payload, decode_roce
 from netio.wire.udp import ROCEV2_UDP_PORT, Udp
 
 FIRST_QPN = 0x11  # rxe hands out QPNs from RXE_MIN_QP_INDEX + 1; QP0/QP1 are special
@@ -83,7 +83,8 @@ class EngineStats:
     payload byte = 1 + user copy bytes / payload bytes). The pure-Python path counts its
     known copies (gather, packet assembly; receive buffer, decode, placement) as a lower
     bound; the native path has none on send and one (ring slot to registered buffer) on
-    receive. ``*_native_packets``: packets the C path built or placed."""
+    receive. ``*_native_packets``: packets the C path built, or took on receive (placed a
+    payload, completed a receive, or passed a plain ACK to the completer)."""
 
     datagrams_sent: int = 0
     datagrams_received: int = 0
@@ -100,6 +101,37 @@ class EngineStats:
     rx_native_packets: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Tombstone:
+    """What a closed RC QP's responder still answers for a while (TCP's TIME_WAIT for
+    RoCE): a duplicate of an executed SEND/WRITE gets the ACK again (IBTA C9-105), so
+    that a peer whose last ACK was lost completes instead of exhausting its retries."""
+
+    qp_num: int
+    remote_ip: IpAddress
+    pkey: int
+    dest_qp_num: int
+    src_udp_port: int
+    dscp: int
+    ecn: int
+    expected_psn: int
+    msn: int
+    until_ns: int
+
+
+#: The longest a closed QP keeps answering duplicates (its peer's retries with a zero,
+#: i.e. infinite, ACK timeout are capped at this).
+MAX_LINGER_NS = 2_000_000_000
+
+
+def linger_ns(attrs: QpAttributes) -> int:
+    """How long a peer with the same retry settings keeps retransmitting its last request:
+    (retry_cnt + 1) ACK timeouts of 4.096 us * 2**timeout (IBTA §9.7.6.1.3)."""
+    if attrs.timeout == 0:
+        return MAX_LINGER_NS
+    return min(MAX_LINGER_NS, (attrs.retry_cnt + 1) * (4096 << attrs.timeout))
+
+
 def _ip(value: IpAddress | str) -> IpAddress:
     return value if isinstance(value, ipaddress.IPv4Address | ipaddress.IPv6Address) else (
         ipaddress.ip_address(value))
@@ -112,13 +144,14 @@ class RoceEngine:
                  native: bool | None = None, coalesce_acks: bool | None = None) -> None:
         """``native``: use the C data path (``netio.roce.native_path``) for the common
         case; None (default) uses it when the compiled module is loaded.
-        ``coalesce_acks``: within one receive batch (:meth:`receive_ring`) a responder
-        sends only the newest of its ACKs (IBTA §9.7.5.1.1: an ACK covers every earlier
-        PSN); off by default (None) for now: with it on, the seeded lossy-link pingpong test
-        (tests/test_soft_driver_interop.py) drops the server's last ACK, and the server
-        closes before the client's retransmission arrives (RETRY_EXC on the client): a
-        close race of the pingpong's ending that fewer ACKs expose, to be settled there
-        first. Off, the engine answers every AckReq as the pure engine does."""
+        ``coalesce_acks``: a responder holds the ACKs it owes for the packets of a receive
+        batch (:meth:`receive_ring`) and sends only the newest when the driver next
+        collects output (:meth:`output_to_send`/:meth:`datagrams_to_send`): IBTA
+        §9.7.5.1.1, one ACK covers every earlier PSN. A driver that lets the application
+        answer a completion before it collects output sends the ACK together with the
+        answer. On by default (None) with the native path; a held ACK is released before
+        any other response of its QP, and before the QP leaves the receive states
+        (close), so that no executed request goes unacknowledged."""
         self.local_ip = _ip(local_ip)
         self.verify_icrc = verify_icrc
         self.native = _native.AVAILABLE if native is None else bool(native and _native.AVAILABLE)
@@ -128,12 +161,14 @@ class RoceEngine:
         self._qpn_counter = itertools.count(FIRST_QPN)
         self._outbox: list[OutgoingDatagram | OutgoingRun] = []
         self._outbox_pkts = 0
-        self.coalesce_acks = bool(coalesce_acks) and self.native
+        self.coalesce_acks = (coalesce_acks is None or bool(coalesce_acks)) and self.native
         self._coalescing = False
         self._held: list[QpPort] = []
         self._rx_path = (RxPath(self.local_ip) if self.native
                          and isinstance(self.local_ip, ipaddress.IPv4Address) else None)
         self._ready: dict[int, QueuePair] = {}  # QPs that may have packets to generate
+        self._tombstones: dict[int, Tombstone] = {}
+        self._tx_scratch: TxScratch | None = None
 
     # -- verbs objects -------------------------------------------------------------------
 
@@ -166,11 +201,55 @@ class RoceEngine:
     def destroy_qp(self, qp: QueuePair) -> None:
         if self._qps.get(qp.qp_num) is not qp:
             raise RoceError(f"QP {qp.qp_num:#x} does not belong to this engine")
+        qp.responder.release_ack()  # its executed requests are acknowledged first
         del self._qps[qp.qp_num]
         del self._completers[qp.qp_num]
         self._ready.pop(qp.qp_num, None)
         if self._rx_path is not None:
             self._rx_path.forget(qp.qp_num)
+
+    def linger(self, qp: QueuePair, until_ns: int) -> None:
+        """Keep answering duplicates of ``qp``'s executed requests until ``until_ns``
+        after it is destroyed (see :class:`Tombstone`); call before closing an RC QP that
+        is still connected. Nothing for other QPs."""
+        if qp.qp_type is not QpType.RC or qp.state not in (QpState.RTS, QpState.SQD):
+            return
+        a = qp.attrs
+        if a.remote_ip is None:
+            return
+        r = qp.responder
+        r.release_ack()
+        self._tombstones[qp.qp_num] = Tombstone(qp.qp_num, a.remote_ip, a.pkey, a.dest_qp_num,
+                                                qp.udp_src_port, a.dscp, a.ecn, r.expected_psn,
+                                                r.msn, until_ns)
+
+    def lingering_until_ns(self, now_ns: int) -> int | None:
+        """When the last tombstone expires (None: none left after ``now_ns``)."""
+        self._tombstones = {n: t for n, t in self._tombstones.items() if t.until_ns > now_ns}
+        return max((t.until_ns for t in self._tombstones.values()), default=None)
+
+    def _answer_tombstone(self, tomb: Tombstone, hdrs: RoceHeaders, src: IpAddress,
+                          now_ns: int) -> bool:
+        """A request for a closed QP: re-ACK it when it duplicates an executed SEND/WRITE."""
+        if now_ns >= tomb.until_ns:
+            del self._tombstones[tomb.qp_num]
+            return False
+        bth = hdrs.bth
+        info = bth.info
+        if (info.transport is not Transport.RC or info.is_response or src != tomb.remote_ip
+                or bth.pkey != tomb.pkey or psn_diff(bth.psn, tomb.expected_psn) >= 0
+                or info.operation not in (Operation.SEND, Operation.RDMA_WRITE)):
+            return False
+        psn = psn_add(tomb.expected_psn, -1)
+        ack = Bth(Opcode.RC_ACKNOWLEDGE, False, False, 0, 0, tomb.pkey, False, False,
+                  tomb.dest_qp_num, False, psn)
+        data = build_roce_udp_payload(src_ip=self.local_ip, dst_ip=tomb.remote_ip,
+                                      src_port=tomb.src_udp_port, bth=ack,
+                                      aeth=Aeth.ack(tomb.msn), payload=b"")
+        self._outbox.append(OutgoingDatagram(tomb.remote_ip, tomb.src_udp_port, tomb.dscp,
+                                             tomb.ecn, data))
+        self._outbox_pkts += 1
+        return True
 
     def qp(self, qp_num: int) -> QueuePair | None:
         return self._qps.get(qp_num)
@@ -198,14 +277,55 @@ class RoceEngine:
                                       bth=bth, reth=reth, aeth=aeth, atomic_eth=atomic_eth,
                                       atomic_ack_eth=atomic_ack_eth, imm_dt=imm_dt, deth=deth,
                                       payload=payload)
+        self._outbox_pkts += 1
+        if not payload and self.native and isinstance(dst_ip, ipaddress.IPv4Address):
+            # An ACK: into the native run of its QP's socket (one sendmmsg with the
+            # requests around it, e.g. a ping-pong's answer).
+            attrs = qp.attrs
+            last = self._outbox[-1] if self._outbox else None
+            if (isinstance(last, OutgoingRun) and last.dst_ip == dst_ip
+                    and last.src_udp_port == src_port and last.dscp == attrs.dscp
+                    and last.ecn == attrs.ecn and last.run.append_packet(data)):
+                return
+            run = small_run()
+            if run.append_packet(data):
+                self._outbox.append(OutgoingRun(dst_ip, src_port, attrs.dscp, attrs.ecn, run))
+                return
         self._outbox.append(OutgoingDatagram(dst_ip, src_port, qp.attrs.dscp, qp.attrs.ecn,
                                              data))
-        self._outbox_pkts += 1
         if payload:
             # gather() copied the payload out of the registered memory, and the packet
             # assembly copied it again (at least once) into the datagram.
             self.stats.tx_payload_bytes += len(payload)
             self.stats.tx_user_copy_bytes += 2 * len(payload)
+
+    def transmit_ack(self, qp: QpPort, psn: int, msn: int) -> None:
+        """Queue an RC ACKNOWLEDGE of ``psn`` (AETH: ACK, credits invalid, ``msn``), built
+        in C into the native run of its socket when the native path applies."""
+        attrs = qp.attrs
+        dst_ip = attrs.remote_ip
+        if dst_ip is None:
+            return
+        src_port = qp.udp_src_port
+        local = self.local_ip
+        if self.native and isinstance(dst_ip, ipaddress.IPv4Address) and isinstance(
+                local, ipaddress.IPv4Address):
+            aeth = (CREDITS_INVALID << 24) | (msn & 0xFFFFFF)
+            args = (int(local), int(dst_ip), src_port, attrs.pkey, attrs.dest_qp_num, psn, aeth)
+            last = self._outbox[-1] if self._outbox else None
+            if (isinstance(last, OutgoingRun) and last.dst_ip == dst_ip
+                    and last.src_udp_port == src_port and last.dscp == attrs.dscp
+                    and last.ecn == attrs.ecn and last.run.append_ack(*args)):
+                self._outbox_pkts += 1
+                return
+            run = small_run()
+            if run.append_ack(*args):
+                self._outbox.append(OutgoingRun(dst_ip, src_port, attrs.dscp, attrs.ecn, run))
+                self._outbox_pkts += 1
+                return
+        bth = Bth(Opcode.RC_ACKNOWLEDGE, False, False, 0, 0, attrs.pkey, False, False,
+                  attrs.dest_qp_num, False, psn)
+        self.transmit(qp, dst_ip, bth, b"", aeth=Aeth.ack(msn))
 
     def transmit_run(self, qp: QpPort, wr: SendWr, length: int, npkts: int, k0: int,
                      psn0: int, count: int, noack_pkts: int) -> int | None:
@@ -221,7 +341,10 @@ class RoceEngine:
         into = last.run if (isinstance(last, OutgoingRun) and last.dst_ip == attrs.remote_ip
                             and last.src_udp_port == qp.udp_src_port
                             and last.dscp == attrs.dscp and last.ecn == attrs.ecn) else None
-        built = build_run(qp, wr, length, npkts, k0, psn0, count, noack_pkts, into)
+        if self._tx_scratch is None:
+            self._tx_scratch = TxScratch()
+        built = build_run(qp, wr, length, npkts, k0, psn0, count, noack_pkts, into,
+                          self._tx_scratch)
         if built is None:
             return None
         run, noack, payload_bytes = built
@@ -239,12 +362,16 @@ class RoceEngine:
         return self._coalescing
 
     def hold_ack(self, qp: QpPort) -> None:
-        """``qp``'s responder holds an ACK until the end of the receive batch."""
+        """``qp``'s responder holds an ACK until the driver next collects output."""
         self._held.append(qp)
+
+    @property
+    def acks_held(self) -> int:
+        """How many QPs hold an ACK (sent at the next output collection)."""
+        return len(self._held)
 
     def _release_acks(self) -> None:
         held, self._held = self._held, []
-        self._coalescing = False
         for qp in held:
             qp.responder.release_ack()  # type: ignore[attr-defined]
 
@@ -263,6 +390,8 @@ class RoceEngine:
     def output_to_send(self, now_ns: int) -> list[OutgoingDatagram | OutgoingRun]:
         """Like :meth:`datagrams_to_send` without a limit, with the native path's runs of
         packets kept whole (a driver sends a run with one ``sendmmsg``)."""
+        if self._held:
+            self._release_acks()
         self._generate(now_ns, 1 << 30)
         out, self._outbox = self._outbox, []
         self.stats.datagrams_sent += self._outbox_pkts
@@ -272,6 +401,8 @@ class RoceEngine:
     def datagrams_to_send(self, now_ns: int,
                           max_datagrams: int | None = None) -> list[OutgoingDatagram]:
         """Everything ready to go now: responses first, then new and retransmitted requests."""
+        if self._held:
+            self._release_acks()
         self._generate(now_ns, 1 << 30 if max_datagrams is None else max_datagrams)
         flat: list[OutgoingDatagram] = []
         for item in self._outbox:
@@ -363,23 +494,27 @@ class RoceEngine:
             return
         self._coalescing = self.coalesce_acks
         try:
-            self._receive_ring(rx, ring, count, slow)
+            self._receive_ring(rx, ring, count, now_ns, slow)
         finally:
-            self._release_acks()
+            self._coalescing = False
 
-    def _receive_ring(self, rx: RxPath, ring: RxRing, count: int,
+    def _receive_ring(self, rx: RxPath, ring: RxRing, count: int, now_ns: int,
                       slow: Callable[[int], None]) -> None:
+        def on_ack(qp: QueuePair, psn: int) -> None:
+            # what _dispatch does with a plain ACK of an RC QP in a send state
+            if not self._completers[qp.qp_num].on_plain_ack(psn, now_ns):
+                self.stats.dropped_response += 1
+
         rx.refresh_all()
         i = 0
         while i < count:
-            j, placed, owed = rx.run(ring, i, self.verify_icrc)
+            j, placed, owed = rx.run(ring, i, self.verify_icrc, self._coalescing, on_ack)
             if placed:
                 self.stats.datagrams_received += placed
                 self.stats.rx_native_packets += placed
                 self._sync_copies(rx)
-                if owed is not None:
-                    owed.responder.acknowledge(psn_add(owed.responder.expected_psn, -1))
-                    rx.refresh(owed)
+                for owner, psn in owed:
+                    owner.responder.acknowledge(psn)
                 i = j
                 continue
             slow(i)
@@ -409,7 +544,9 @@ class RoceEngine:
         bth = hdrs.bth
         qp = self._qps.get(bth.dest_qp)
         if qp is None:
-            self.stats.dropped_unknown_qp += 1
+            tomb = self._tombstones.get(bth.dest_qp) if self._tombstones else None
+            if tomb is None or not self._answer_tombstone(tomb, hdrs, src, now_ns):
+                self.stats.dropped_unknown_qp += 1
             return
         info = bth.info
         transport = info.transport
@@ -474,5 +611,7 @@ __all__ = [
     "OutgoingRun",
     "RoceEngine",
     "SharedReceiveQueue",
+    "Tombstone",
+    "linger_ns",
     "udp_payload_icrc_ok",
 ]

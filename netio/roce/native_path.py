@@ -6,11 +6,24 @@ case; this module only takes over the packets whose handling is fixed arithmetic
 * transmit (:func:`build_run`): consecutive SEND/WRITE packets of one RC/UC message
   over IPv4 (IBTA vol 1 §9.7.1-9.7.2): headers, ICRC and AckReq in C, payload iovecs
   pointing into the registered memory, so the only copy of a payload byte is the
-  kernel's (``sendmmsg``);
-* receive (:class:`RxPath`): a ``recvmmsg`` ring whose in-order MIDDLE packets of an
-  RC SEND/WRITE in progress are checked (ICRC, QP, source, P_Key, PSN, length, access
-  as the responder does) and copied straight into the registered buffer; everything
-  else (first and last packets, ACKs, errors, duplicates, gaps) goes to the engine.
+  kernel's (``sendmmsg``); ACKs are built in C into the same run (one ``sendmmsg``
+  with the requests around them);
+* receive (:class:`RxPath`): a ``recvmmsg`` ring whose in-order packets are checked
+  (ICRC, QP, source, P_Key, PSN, length, access as the responder does) in C: MIDDLE
+  packets of an RC SEND/WRITE in progress and ONLY SEND/WRITE packets (into the posted
+  receives, or the region the responder last checked for that QP's WRITEs) are copied
+  straight into the registered buffer, their completions reported in a batch, and
+  plain ACKs handed to the completer without decoding in Python; everything else
+  (FIRST and LAST packets, NAKs, READ, atomics, errors, duplicates, gaps) goes to the
+  engine.
+
+Not used, on purpose: UDP GSO/GRO (``UDP_SEGMENT``/``UDP_GRO``) and ``MSG_ZEROCOPY``. The
+kernel here (6.18) offers all three, but a GSO send over loopback reaches a raw socket as
+one unsegmented IPv4 packet (three 1000-byte segments arrived as one 2928-byte packet
+with IP ID 0; only the UDP socket saw three datagrams), so the raw receive mode and any
+capture would see super-packets; and a GSO send needs equal segments, which the packets
+of one message are only from the second (the FIRST carries a RETH) to the last. Neither
+was measured against sendmmsg: that remains to be done before turning them on.
 
 Copies are counted (:class:`CopyCounters`): payload bytes moved by netio in user space
 on top of the kernel's one copy between socket and user memory.
@@ -25,17 +38,20 @@ from typing import TYPE_CHECKING, Any
 
 from netio import native
 from netio.api.types import Access
-from netio.roce.attributes import RECEIVE_STATES
-from netio.roce.verbs import SendWr, WrOpcode
+from netio.roce.attributes import RECEIVE_STATES, SEND_STATES
+from netio.roce.psn import psn_add
+from netio.roce.verbs import Completion, RecvWr, SendWr, WcFlags, WcOpcode, WcStatus, WrOpcode
 from netio.wire.bth import OPCODE_TABLE, Operation, Position, Transport
 
 if TYPE_CHECKING:
+    from netio.roce.memory import MemoryRegion
     from netio.roce.ports import QpPort
     from netio.roce.qp import QueuePair
 
 #: Largest number of packets one transmit run holds.
 MAX_RUN_PACKETS = 256
 _RUN_CAPACITY = 256  # packets of a new run (more messages of the same QP are appended)
+_SMALL_RUN_CAPACITY = 64  # a run started by an ACK (requests of the same socket follow)
 _SLOT_BYTES = 64  # NETIO_TX_SLOT_BYTES
 _TRAILER_OFFSET = 48  # NETIO_TX_TRAILER_OFFSET
 _OFF = 0xFFFFFFFF
@@ -134,14 +150,73 @@ class TxRun:
     def packets(self) -> list[bytes]:
         return [self.packet(j) for j in range(self.count)]
 
+    def append_packet(self, packet: bytes) -> bool:
+        """Append one whole packet (an ACK) copied into a header slot; False when it does
+        not fit (the run is full or the packet is longer than a slot)."""
+        if len(packet) > _SLOT_BYTES:
+            return False
+        return int(native.lib.netio_tx_append_packet(self.batch, packet, len(packet))) >= 0
+
+    def append_ack(self, src_ip: int, dst_ip: int, src_port: int, pkey: int, dest_qp: int,
+                   psn: int, aeth: int) -> bool:
+        """Append an RC ACKNOWLEDGE built in C; False when the run is full."""
+        return int(native.lib.netio_tx_ack(self.batch, src_ip, dst_ip, src_port, pkey,
+                                           dest_qp, psn, aeth)) >= 0
+
     def send(self, fd: int, dst_ip: int, start: int) -> int:
         """sendmmsg packets ``start``..; how many went, or -errno when none did."""
         return int(native.lib.netio_tx_send(fd, dst_ip, self.batch, start))
 
 
+class TxScratch:
+    """One engine's reusable C arguments for :func:`build_run` (a message description, an
+    SGE array, the AckReq counter) and the host addresses of the regions it sends from:
+    allocating them per message cost more than building the packets."""
+
+    _SGES = 16
+
+    def __init__(self) -> None:
+        ffi = native.ffi
+        self.msg = ffi.new("netio_tx_msg *")
+        self.sge = ffi.new("netio_sge[]", self._SGES)
+        self.noack = ffi.new("uint32_t *")
+        self._addresses: dict[int, tuple[MemoryRegion, int]] = {}
+
+    def address(self, mr: MemoryRegion) -> int:
+        """The host address of ``mr``'s buffer."""
+        got = self._addresses.get(id(mr))
+        if got is not None and got[0] is mr:
+            return got[1]
+        if len(self._addresses) >= 1024:
+            self._addresses = {k: v for k, v in self._addresses.items() if v[0].registered}
+        address = host_address(mr, writable=False)
+        if address is None:
+            raise ValueError("region buffer has no address")
+        self._addresses[id(mr)] = (mr, address)
+        return address
+
+
+def host_address(mr: MemoryRegion, *, writable: bool) -> int | None:
+    """Where ``mr``'s bytes are in this process (None: not writable when asked to be).
+
+    No buffer handle is kept: one left in a reference cycle crashed the cyclic garbage
+    collector (the memoryview it exports from cannot be cleared). The address stays valid
+    while the region object lives: its memoryview holds an export of the underlying
+    object, which can then be neither resized nor freed. Users keep ``mr`` alive with
+    the address."""
+    ffi = native.ffi
+    try:
+        handle = ffi.from_buffer("uint8_t[]", mr.buffer, require_writable=writable)
+    except (TypeError, ValueError, BufferError):
+        return None
+    address = int(ffi.cast("uintptr_t", handle))
+    ffi.release(handle)
+    return address
+
+
 def build_run(qp: QpPort, wr: SendWr, length: int, npkts: int, k0: int, psn0: int,
-              count: int, noack_pkts: int, into: TxRun | None = None
-              ) -> tuple[TxRun, int, int] | None:
+              count: int, noack_pkts: int, into: TxRun | None = None,
+              scratch: TxScratch | None = None) -> tuple[TxRun, int, int] | None:
     """Packets ``k0 .. k0+count-1`` of ``wr`` (first PSN ``psn0``) appended to ``into`` when
     it has room, else to a new run: (the run, the new AckReq counter, the payload bytes
     added); None when the C path does not apply (no native module, not IPv4, not a
@@ -159,7 +234,15 @@ def build_run(qp: QpPort, wr: SendWr, length: int, npkts: int, k0: int, psn0: in
     operation, with_imm = op
     transport = int(Transport.RC) if qp_type == 2 else int(Transport.UC)
     first, middle, last, only = _OPCODES[(transport, operation, with_imm)]
-    msg = ffi.new("netio_tx_msg *")
+    sges = wr.sg_list
+    if scratch is None or len(sges) > TxScratch._SGES:
+        scratch = None
+        msg = ffi.new("netio_tx_msg *")
+        sge = ffi.new("netio_sge[]", max(1, len(sges)))
+        noack = ffi.new("uint32_t *")
+    else:
+        msg, sge, noack = scratch.msg, scratch.sge, scratch.noack
+    noack[0] = noack_pkts
     msg.src_ip = int(local)
     msg.dst_ip = int(dst)
     msg.src_port = qp.udp_src_port
@@ -177,15 +260,16 @@ def build_run(qp: QpPort, wr: SendWr, length: int, npkts: int, k0: int, psn0: in
     msg.va = wr.remote_addr
     msg.length = length
     msg.op_first, msg.op_middle, msg.op_last, msg.op_only = first, middle, last, only
-    sges = wr.sg_list
-    sge = ffi.new("netio_sge[]", max(1, len(sges)))
     handles: list[Any] = []
     for i, s in enumerate(sges):
-        handle = ffi.from_buffer("uint8_t[]", s.mr.buffer)
-        handles.append(handle)
-        sge[i].ptr = handle + s.offset
+        if scratch is not None:
+            sge[i].ptr = ffi.cast("uint8_t *", scratch.address(s.mr) + s.offset)
+            handles.append(s.mr)  # the run keeps the memory its iovecs point into
+        else:
+            handle = ffi.from_buffer("uint8_t[]", s.mr.buffer)
+            handles.append(handle)
+            sge[i].ptr = handle + s.offset
         sge[i].len = s.length
-    noack = ffi.new("uint32_t *", noack_pkts)
     for run in (into, None):
         if run is None:
             if into is None and count > _RUN_CAPACITY:
@@ -256,9 +340,20 @@ class RxRing:
         return int.from_bytes(data[off + 5:off + 8], "big")
 
 
+_MAX_RECVS = 64  # posted receives loaded into one context
+_MAX_WC = 256  # completions of one native run
+_ACK_EVENT = 3
+_WC_KIND = ((WcOpcode.RECV, WcFlags.NONE), (WcOpcode.RECV, WcFlags.WITH_IMM),
+            (WcOpcode.RECV_RDMA_WITH_IMM, WcFlags.WITH_IMM))
+
+
 class RxPath:
-    """The receive fast path of one engine: a context per QP with a SEND or WRITE in
-    progress, refreshed from (and written back to) that QP's responder."""
+    """The receive fast path of one engine: a context per RC QP, refreshed from (and
+    written back to) that QP's responder. With a message in progress the C path places
+    its MIDDLE packets; with none it places ONLY SEND packets into the posted receives
+    loaded from the QP's receive queue and ONLY WRITE packets into the region the
+    responder last checked for that QP's WRITEs (``Responder.write_cache``), and reports
+    their completions; anything else goes to the engine."""
 
     def __init__(self, local_ip: ipaddress.IPv4Address, capacity: int = 64) -> None:
         ffi = native.ffi
@@ -266,39 +361,49 @@ class RxPath:
         self.capacity = capacity
         self._ctx = ffi.new("netio_rx_fast[]", capacity)
         self._ack = ffi.new("uint32_t *")
+        self._nwc = ffi.new("uint32_t *")
+        self._wc = ffi.new("netio_rx_wc[]", _MAX_WC)
         self._qps: list[QueuePair | None] = [None] * capacity
-        self._keep: list[Any] = [None] * capacity
+        self._recvs: list[list[RecvWr]] = [[] for _ in range(capacity)]
+        self._recv_addr = [ffi.new("uint64_t[]", _MAX_RECVS) for _ in range(capacity)]
+        self._recv_room = [ffi.new("uint64_t[]", _MAX_RECVS) for _ in range(capacity)]
+        for i in range(capacity):
+            self._ctx[i].middle_opcode = _OFF
+            self._ctx[i].recv_addr = self._recv_addr[i]
+            self._ctx[i].recv_room = self._recv_room[i]
         self._index: dict[int, int] = {}
+        self._addresses: dict[int, tuple[MemoryRegion, int]] = {}
         self.copies = CopyCounters()
 
     def forget(self, qp_num: int) -> None:
         i = self._index.pop(qp_num, None)
         if i is not None:
-            self._ctx[i].middle_opcode = _OFF
+            c = self._ctx[i]
+            c.middle_opcode = _OFF
+            c.idle = 0
+            c.qpn = _OFF
             self._qps[i] = None
-            self._keep[i] = None
+            self._recvs[i] = []
+
+    def _address(self, mr: MemoryRegion) -> int | None:
+        """The host address of ``mr``'s buffer (None: not writable)."""
+        got = self._addresses.get(id(mr))
+        if got is not None and got[0] is mr:
+            return got[1]
+        address = host_address(mr, writable=True)
+        if address is None:
+            return None
+        if len(self._addresses) >= 1024:
+            self._addresses = {k: v for k, v in self._addresses.items() if v[0].registered}
+        self._addresses[id(mr)] = (mr, address)
+        return address
 
     def refresh(self, qp: QueuePair) -> None:
         """Load ``qp``'s responder state into its context (or turn the context off)."""
         i = self._index.get(qp.qp_num)
-        r = qp.responder
-        ctx = r.ctx
         attrs = qp.attrs
-        target = None
-        if (ctx is not None and int(qp.qp_type) == 2 and qp.state in RECEIVE_STATES
+        if not (int(qp.qp_type) == 2 and qp.state in RECEIVE_STATES
                 and isinstance(attrs.remote_ip, ipaddress.IPv4Address)):
-            if ctx.operation is Operation.RDMA_WRITE:
-                if ctx.mr is not None and attrs.access & Access.REMOTE_WRITE:
-                    target = (ctx.mr.buffer, ctx.mr_offset + ctx.received_bytes,
-                              ctx.dma_length - ctx.received_bytes)
-            elif ctx.operation is Operation.SEND and ctx.recv is not None:
-                skip = ctx.received_bytes
-                for s in ctx.recv.sg_list:
-                    if skip < s.length:
-                        target = (s.mr.buffer, s.offset + skip, s.length - skip)
-                        break
-                    skip -= s.length
-        if target is None:
             if i is not None:
                 self.forget(qp.qp_num)
             return
@@ -308,63 +413,186 @@ class RxPath:
                 return
             i = free[0]
             self._index[qp.qp_num] = i
-        ffi = native.ffi
-        buffer, offset, room = target
-        handle = ffi.from_buffer("uint8_t[]", buffer, require_writable=True)
+            self._qps[i] = qp
+        r = qp.responder
         c = self._ctx[i]
         c.qpn = qp.qp_num
-        c.middle_opcode = _MIDDLE[int(ctx.operation)]  # type: ignore[union-attr]
-        c.remote_ip = int(attrs.remote_ip)  # type: ignore[arg-type]
+        c.remote_ip = int(attrs.remote_ip)
         c.pkey = attrs.pkey
         c.expected_psn = r.expected_psn
+        c.msn = r.msn
         c.mtu = attrs.path_mtu_bytes
-        c.dst = handle + offset
-        c.room = room
-        c.received = ctx.received_bytes  # type: ignore[union-attr]
         c.placed_packets = 0
         c.placed_bytes = 0
-        self._qps[i] = qp
-        self._keep[i] = handle
+        c.ack_owed = 0
+        c.recv_used = 0
+        c.acks = 1 if qp.state in SEND_STATES else 0
+        ctx = r.ctx
+        c.middle_opcode = _OFF
+        if ctx is None:
+            c.idle = 1
+            self._load_recvs(i, qp)
+            self._load_write(c, qp)
+            return
+        c.idle = 0
+        target = None
+        if ctx.operation is Operation.RDMA_WRITE:
+            if ctx.mr is not None and attrs.access & Access.REMOTE_WRITE:
+                target = (ctx.mr, ctx.mr_offset + ctx.received_bytes,
+                          ctx.dma_length - ctx.received_bytes)
+        elif ctx.operation is Operation.SEND and ctx.recv is not None:
+            skip = ctx.received_bytes
+            for s in ctx.recv.sg_list:
+                if skip < s.length:
+                    target = (s.mr, s.offset + skip, s.length - skip)
+                    break
+                skip -= s.length
+        if target is None:
+            return
+        mr, offset, room = target
+        base = self._address(mr)
+        if base is None:
+            return
+        c.middle_opcode = _MIDDLE[int(ctx.operation)]
+        c.dst = native.ffi.cast("uint8_t *", base + offset)
+        c.room = room
+        c.received = ctx.received_bytes
+
+    def _load_recvs(self, i: int, qp: QueuePair) -> None:
+        """The head of ``qp``'s receive queue (single-SGE receives) into context ``i``;
+        what is loaded already and still at the head is kept."""
+        c = self._ctx[i]
+        loaded = self._recvs[i]
+        rq = qp.rq
+        if qp.srq is not None:
+            loaded.clear()
+            c.nrecv = 0
+            return
+        n = len(loaded)
+        if n and not (n <= len(rq) and rq[0] is loaded[0] and rq[n - 1] is loaded[-1]):
+            loaded.clear()
+            n = 0
+        addr, room = self._recv_addr[i], self._recv_room[i]
+        while n < _MAX_RECVS and n < len(rq):
+            wr = rq[n]
+            if len(wr.sg_list) != 1:
+                break
+            s = wr.sg_list[0]
+            base = self._address(s.mr)
+            if base is None:
+                break
+            addr[n] = base + s.offset
+            room[n] = s.length
+            loaded.append(wr)
+            n += 1
+        c.nrecv = n
+
+    def _load_write(self, c: Any, qp: QueuePair) -> None:
+        cache = qp.responder.write_cache
+        c.write_ok = 0
+        if cache is None or not qp.attrs.access & Access.REMOTE_WRITE:
+            return
+        rkey, mr = cache
+        if mr.pd is not qp.pd or not mr.registered:
+            return
+        base = self._address(mr)
+        if base is None:
+            return
+        c.wc_rkey = rkey
+        c.wc_va = mr.addr
+        c.wc_len = mr.length
+        c.wc_addr = base
+        c.write_ok = 1
 
     def refresh_all(self) -> None:
         for qp in list(self._qps):
             if qp is not None:
                 self.refresh(qp)
 
-    def run(self, ring: RxRing, start: int, verify_icrc: bool) -> tuple[int, int, QueuePair | None]:
-        """Place what the C path can from slot ``start``: (next slot, packets placed, the
-        QP owed an ACK for its last placed PSN or None)."""
+    def run(self, ring: RxRing, start: int, verify_icrc: bool, coalesce: bool,
+            on_ack: Callable[[QueuePair, int], None]
+            ) -> tuple[int, int, list[tuple[QueuePair, int]]]:
+        """Take what the C path can from slot ``start``: (next slot, packets taken, the
+        QPs owed an ACK with its PSN). The responders are brought up to date as the
+        engine would have left them, then, in arrival order, completions are pushed to
+        the QPs' receive CQs and plain ACKs go to ``on_ack(qp, psn)`` (the completer)."""
         j = int(native.lib.netio_rx_fast_run(ring.ring, start, self.local_ip,
                                              1 if verify_icrc else 0, self._ctx,
-                                             self.capacity, self._ack))
+                                             self.capacity, 1 if coalesce else 0, self._wc,
+                                             _MAX_WC, self._nwc, self._ack))
         if j == start:
-            return j, 0, None
-        placed = 0
-        for qp_num, i in self._index.items():
+            return j, 0, []
+        owed: list[tuple[QueuePair, int]] = []
+        nbytes_all = 0
+        # The events in arrival order: completions, each from the receive it consumed
+        # (still loaded: the receive queues are popped below), and ACKs.
+        wc = self._wc
+        for k in range(int(self._nwc[0])):
+            w = wc[k]
+            i = int(w.ctx)
+            qp = self._qps[i]
+            if qp is None:
+                continue
+            kind = int(w.kind)
+            if kind == _ACK_EVENT:
+                on_ack(qp, int(w.imm))
+                continue
+            recv = self._recvs[i][int(w.recv)]
+            opcode, flags = _WC_KIND[kind]
+            qp.recv_cq.push(Completion(recv.wr_id, WcStatus.SUCCESS, opcode, qp.qp_num,
+                                       int(w.byte_len), int(w.imm) if flags else None, 0,
+                                       flags))
+        for i in self._index.values():
+            qp = self._qps[i]
+            if qp is None:
+                continue
             c = self._ctx[i]
             n = int(c.placed_packets)
             if not n:
                 continue
-            qp = self._qps[i]
-            if qp is None or qp.qp_num != qp_num:
-                continue
             r = qp.responder
             ctx = r.ctx
-            nbytes = int(c.placed_bytes)
             r.expected_psn = int(c.expected_psn)
+            r.msn = int(c.msn)
             r.nak_sent = False
             if ctx is not None:
                 ctx.received_bytes = int(c.received)
+            used = int(c.recv_used)
+            if used:
+                loaded = self._recvs[i]
+                for k in range(used):
+                    if qp.take_recv() is not loaded[k]:
+                        raise RuntimeError("native receive path: receive queue changed "
+                                           "under a run")
+                del loaded[:used]
+                left = len(loaded)
+                ffi = native.ffi
+                ffi.memmove(self._recv_addr[i], self._recv_addr[i] + used, 8 * left)
+                ffi.memmove(self._recv_room[i], self._recv_room[i] + used, 8 * left)
+                c.nrecv = left
+                c.recv_used = 0
+            if c.ack_owed:
+                owed.append((qp, int(c.ack_psn)))
+                c.ack_owed = 0
+            nbytes_all += int(c.placed_bytes)
             c.placed_packets = 0
             c.placed_bytes = 0
-            placed += n
-            self.copies.rx_payload_bytes += nbytes
-            self.copies.rx_user_copy_bytes += nbytes  # ring slot -> registered buffer
         a = int(self._ack[0])
-        owed = self._qps[a] if a != _OFF and a < self.capacity else None
-        return j, placed, owed
+        if a != _OFF and a < self.capacity:
+            qp = self._qps[a]
+            if qp is not None:
+                owed.append((qp, psn_add(qp.responder.expected_psn, -1)))
+        self.copies.rx_payload_bytes += nbytes_all
+        self.copies.rx_user_copy_bytes += nbytes_all  # ring slot -> registered buffer
+        return j, j - start, owed
 
 
 SlowPath = Callable[[int], None]
 
-__all__ = ["MAX_RUN_PACKETS", "CopyCounters", "RxPath", "RxRing", "TxRun", "build_run"]
+def small_run() -> TxRun:
+    """An empty run for packets the engine built whole (ACKs) and what follows them."""
+    return TxRun(_SMALL_RUN_CAPACITY, 4 * _SMALL_RUN_CAPACITY + 1)
+
+
+__all__ = ["MAX_RUN_PACKETS", "CopyCounters", "RxPath", "RxRing", "TxRun", "TxScratch",
+           "build_run", "small_run"]

@@ -138,6 +138,9 @@ class QueuePair:
 
     def enter_error(self) -> None:
         """Move to ERR and flush every outstanding work request (IBTA §10.3.1.2 / C10-26)."""
+        # An ACK held for coalescing acknowledges requests already executed (and completed
+        # here): it goes before the QP stops answering, or the peer would retry them.
+        self.responder.release_ack()
         self.state = QpState.ERR
         self.requester.flush()
         self.responder.flush()

@@ -108,6 +108,9 @@ class Responder:
         self.last_error = ""  # why the last request was refused
         self.held_ack: tuple[int, int] | None = None  # (PSN, MSN) while coalescing
         self.acks_coalesced = 0
+        # (rkey, region) of the last WRITE that passed the access checks: where the native
+        # path may place the next ONLY WRITEs of the same rkey (within its bounds).
+        self.write_cache: tuple[int, MemoryRegion] | None = None
 
     def flush(self) -> None:
         ctx, self.ctx = self.ctx, None
@@ -152,17 +155,15 @@ class Responder:
                 self.acks_coalesced += 1
             self.held_ack = (psn, self.msn)
             return
-        self._reply(Opcode.RC_ACKNOWLEDGE, psn, Aeth.ack(self.msn))
+        self.release_ack()
+        self.qp.engine.transmit_ack(self.qp, psn, self.msn)
 
     def release_ack(self) -> None:
         """Send the ACK held while ACKs were being coalesced, if any."""
         held, self.held_ack = self.held_ack, None
         if held is not None:
             psn, msn = held
-            qp = self.qp
-            bth = Bth(Opcode.RC_ACKNOWLEDGE, False, False, 0, 0, qp.attrs.pkey, False, False,
-                      qp.attrs.dest_qp_num, False, psn)
-            qp.engine.transmit(qp, qp.attrs.remote_ip, bth, b"", aeth=Aeth.ack(msn))
+            self.qp.engine.transmit_ack(self.qp, psn, msn)
 
     def _nak(self, psn: int, code: NakCode) -> None:
         self._reply(Opcode.RC_ACKNOWLEDGE, psn, Aeth.nak(self.msn, code))
@@ -340,6 +341,8 @@ class Responder:
                     else:
                         self._uc_drop()
                     return
+                if mr is not None:
+                    self.write_cache = (reth.rkey, mr)
             ctx = _Incoming(Operation.RDMA_WRITE, None, 0, mr, offset, reth.dma_length)
         end = ctx.received_bytes + len(payload)
         ends = position in (Position.LAST, Position.ONLY)

@@ -318,3 +318,20 @@ def test_raw_ring_places_what_receive_ip_packet_accepts(bad_ip_id_at: int | None
     assert fast[:4] == pure[:4]
     assert pure[2] == (0 if bad_ip_id_at is None else 1)
     assert fast[4] > 0
+
+
+def test_only_packets_are_placed_and_completed_natively() -> None:
+    """Small SENDs (with and without immediate) into posted receives and WRITEs (with
+    and without immediate) into one region: after the first WRITE has passed the access
+    checks in Python, every ONLY packet is placed and completed in C, and the outcome is
+    the pure engine's (datagrams, completions, memory)."""
+    ops = [WrOpcode.RDMA_WRITE, WrOpcode.SEND, WrOpcode.SEND_WITH_IMM, WrOpcode.RDMA_WRITE,
+           WrOpcode.RDMA_WRITE_WITH_IMM, WrOpcode.SEND]
+    messages = [(op, 64 + 8 * i, 0x1000 + i) for i, op in enumerate(ops * 4)]
+    fast = _compare(messages, 1024, 0x42, None, 5)
+    tx, rx = fast["native_packets"]
+    assert tx == len(messages)
+    assert rx == len(messages) - 1  # all but the first WRITE (no region cached yet)
+    for coalesce in (False, True):
+        run = _run(True, messages, 1024, 0x42, None, 5, 1, coalesce=coalesce)
+        assert run["native_packets"][1] == len(messages) - 1

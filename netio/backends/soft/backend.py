@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import random
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from netio.backends.base import (
 from netio.backends.soft.driver import DriverConfig, SoftRoceDriver
 from netio.backends.soft.sockets import RxMode
 from netio.errors import IoError, RoceError
-from netio.roce.engine import CompletionQueue, RoceEngine
+from netio.roce.engine import CompletionQueue, RoceEngine, linger_ns
 from netio.roce.link import LinkFaults
 from netio.roce.memory import MemoryRegion, ProtectionDomain, Sge
 from netio.roce.qp import QpAttributes, QpState, QueuePair
@@ -206,11 +207,16 @@ class SoftQp:
             return
         self._closed = True
         qp = self._qp
+        engine = self._driver.engine
+        # The peer may still retransmit a request whose ACK it lost: the closed QP keeps
+        # answering duplicates for as long as the peer retries (engine.linger).
+        engine.linger(qp, time.monotonic_ns() + linger_ns(qp.attrs))
         if qp.state is not QpState.ERR and qp.state is not QpState.RESET:
             qp.modify(QpState.ERR)
         self._notify()
         self._driver.remove_progress_callback(self._notify)
         self._driver.engine.destroy_qp(qp)
+        self._driver.kick()  # the ACK it may have held for coalescing goes out now
         for _, copy in self._posted:
             if copy is not None and copy.registered:
                 self._backend.pd.deregister(copy)
@@ -248,6 +254,10 @@ class SoftBackend:
         ip = ipaddress.IPv4Address(self._local_addr or local_ip)
         driver = self._drivers.get(ip)
         if driver is None:
+            driver = SoftRoceDriver.take_lingering(ip)  # a closed context's, still answering
+            if driver is not None:
+                self._drivers[ip] = driver
+                return driver
             config = DriverConfig(ip, self._rx_mode, self._faults, self._fault_seed)
             driver = SoftRoceDriver(RoceEngine(ip), config)
             driver.start()
@@ -276,7 +286,11 @@ class SoftBackend:
     async def close(self) -> None:
         drivers, self._drivers = list(self._drivers.values()), {}
         for d in drivers:
-            await d.close()
+            until_ns = d.engine.lingering_until_ns(time.monotonic_ns())
+            if until_ns is None:
+                await d.close()
+            else:
+                d.linger(until_ns)  # closes itself once its closed QPs stop answering
 
 
 __all__ = ["SOFT_MAX_MTU_BYTES", "SoftBackend", "SoftQp", "SoftRegion", "gid_ip", "mapped_gid"]

@@ -96,6 +96,34 @@ class _Waiter:
     future: asyncio.Future[None] = field(repr=False)
 
 
+#: Drivers of closed contexts whose closed QPs still answer duplicates (``linger``), by
+#: address: a context opened on the same address and loop takes one over; one opened on
+#: another loop (the first ended: asyncio.run) closes it and binds the port itself.
+_lingering: dict[ipaddress.IPv4Address, SoftRoceDriver] = {}
+
+
+def _evict_lingering(ip: ipaddress.IPv4Address) -> None:
+    """Close the lingering driver of ``ip`` (its port is wanted by a new driver)."""
+    driver = _lingering.pop(ip, None)
+    if driver is None:
+        return
+    loop = driver._loop
+    if loop is not None and not loop.is_closed() and loop.is_running() and (
+            loop is not _running_loop()):
+        # Another thread's loop still runs it: close it there (the new bind may find
+        # the port still taken for that moment and say so).
+        loop.call_soon_threadsafe(driver._close_now)
+        return
+    driver._close_now()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 class SoftRoceDriver:
     """A ``RoceEngine`` on real sockets, driven by the running asyncio loop.
 
@@ -129,6 +157,8 @@ class SoftRoceDriver:
         self._waiters: list[_Waiter] = []
         self._progress: list[Callable[[], None]] = []
         self._closed = False
+        self._flush_scheduled = False
+        self._linger_handle: asyncio.TimerHandle | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -147,6 +177,7 @@ class SoftRoceDriver:
         loop = asyncio.get_running_loop()
         self._loop = loop
         ip = self.config.local_ip
+        _evict_lingering(ip)
         mode = self.config.rx_mode
         raw: socket.socket | None = None
         if mode in (RxMode.AUTO, RxMode.RAW):
@@ -169,10 +200,52 @@ class SoftRoceDriver:
             self._ring = RxRing(_RING_SLOTS, _RING_SLOT_BYTES, raw=raw is not None)
         loop.add_reader(rx.fileno(), self._on_readable)
 
+    def linger(self, until_ns: int) -> None:
+        """Keep running until ``until_ns`` (monotonic), then close: the engine's closed QPs
+        answer their peers' retransmissions meanwhile. Only while the loop runs (a loop
+        that stops first just leaves the sockets to be closed with the driver)."""
+        loop = self._loop
+        if loop is None or loop.is_closed() or self._closed:
+            self._close_now()
+            return
+        ip = self.config.local_ip
+        if _lingering.get(ip) not in (None, self):
+            _evict_lingering(ip)
+        _lingering[ip] = self
+        self._linger_handle = loop.call_at(until_ns / 1e9, self._end_linger)
+
+    def _end_linger(self) -> None:
+        self._linger_handle = None
+        if _lingering.get(self.config.local_ip) is self:
+            del _lingering[self.config.local_ip]
+        self._close_now()
+
+    @classmethod
+    def take_lingering(cls, ip: ipaddress.IPv4Address) -> SoftRoceDriver | None:
+        """The lingering driver of ``ip`` on the running loop, taken over (or None)."""
+        loop = asyncio.get_running_loop()
+        driver = _lingering.get(ip)
+        if driver is None:
+            return None
+        if driver._closed or driver._loop is not loop:
+            _evict_lingering(ip)
+            return None
+        del _lingering[ip]
+        if driver._linger_handle is not None:
+            driver._linger_handle.cancel()
+            driver._linger_handle = None
+        return driver
+
     async def close(self) -> None:
+        self._close_now()
+
+    def _close_now(self) -> None:
         if self._closed:
             return
         self._closed = True
+        if self._linger_handle is not None:
+            self._linger_handle.cancel()
+            self._linger_handle = None
         loop = self._loop
         if self._timer is not None:
             self._timer.cancel()
@@ -255,7 +328,21 @@ class SoftRoceDriver:
             self._drain_raw(self._raw_sock, now_ns)
         elif self._udp_sock is not None:
             self._drain_udp(self._udp_sock, now_ns)
+        if self.engine.acks_held and self._loop is not None:
+            # Completions first: an application that answers one (a ping-pong) posts its
+            # answer in the next loop turn, ahead of the flush scheduled here, and the
+            # held ACKs go out with it (one wake-up on the peer instead of two). Without
+            # a held ACK nothing waits: what the batch produced goes now.
+            self._wake_waiters()
+            if not self._flush_scheduled:
+                self._flush_scheduled = True
+                self._loop.call_soon(self._deferred_flush)
+            return
         self._after_input(now_ns)
+
+    def _deferred_flush(self) -> None:
+        self._flush_scheduled = False
+        self._after_input(time.monotonic_ns())
 
     def _drain_ring(self, ring: RxRing, sock: socket.socket, now_ns: int) -> None:
         """Native path: recvmmsg batches; the engine places what it can in C and hands
