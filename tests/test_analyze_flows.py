@@ -223,7 +223,7 @@ def test_ack_latency_follows_the_psn_order_of_first_copies() -> None:
                "ts": next(t)})
     r = both(columns(pk))
     assert _latencies(r.sketch(0, "ack")) == _spec_buckets([4000, 1000, 6000, 5000])
-    assert r.naks[1].tolist()[1] == 1 and _c(r, 1, "naks", "rnr", "rnr_codes") == [
+    assert r.nak_counts(1) == {1: 1} and _c(r, 1, "naks", "rnr", "rnr_codes") == [
         1, 1, 1 << 14]
 
 

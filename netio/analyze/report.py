@@ -30,9 +30,11 @@ def write_json(doc: dict[str, Any], out: TextIO) -> None:
     for i, (key, value) in enumerate(doc.items()):
         out.write(("\n " if i == 0 else ",\n ") + enc(key) + ": ")
         if isinstance(value, Sequence) and not isinstance(value, str):
+            # Streamed flow documents come as text already (``FlowDocuments.json_lines``).
+            lines = value.json_lines() if hasattr(value, "json_lines") else map(enc, value)
             out.write("[")
-            for j, item in enumerate(value):
-                out.write(("\n  " if j == 0 else ",\n  ") + enc(item))
+            for j, text in enumerate(lines):
+                out.write(("\n  " if j == 0 else ",\n  ") + text)
             out.write("\n ]" if len(value) else "]")
         else:
             out.write(enc(value))
