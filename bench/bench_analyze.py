@@ -207,7 +207,8 @@ def main() -> int:
             flows = len(doc["flows"])
             rss[label] = netio.max_rss_kib * 1024
             entries[label] = flows
-            print(f"{label}: {files} x {shape.label} ({packets:,} packets, "
+            load = "/".join(f"{x:.1f}" for x in os.getloadavg())
+            print(f"{label} [load {load}]: {files} x {shape.label} ({packets:,} packets, "
                   f"{sum(p.stat().st_size for p in paths) / 1e6:.0f} MB, generated in "
                   f"{time.perf_counter() - t:.1f} s), {flows:,} flow entries")
             print(f"  netio-analyze --json: {netio.wall_s:.2f} s wall, {netio.cpu_s:.2f} s CPU "
