@@ -1043,6 +1043,79 @@ void netio_analyzer_sketch_bins(const netio_analyzer *a, int64_t *out) {
     }
 }
 
+static int cmp_bin(const void *x, const void *y) {
+    int64_t a = ((const int64_t *)x)[0], b = ((const int64_t *)y)[0];
+    return (a > b) - (a < b);
+}
+
+size_t netio_analyzer_flow_series(const netio_analyzer *a, int64_t *fid_out, int64_t *bin_out,
+                                  int64_t *val_out) {
+    size_t nf = a->flows_kt.len;
+    const series_t *s = &a->series[0];
+    size_t *start = calloc(nf + 1, sizeof *start), *cur = malloc((nf + 1) * sizeof *cur);
+    if (!start || !cur) {
+        free(start);
+        free(cur);
+        return SIZE_MAX;
+    }
+    /* Counting sort by flow (stable: each flow's entries stay in capture order),
+     * each flow's open interval last. */
+    for (size_t k = 0; k < s->len; k++) start[s->v[3 * k] + 1]++;
+    for (size_t i = 0; i < nf; i++) start[i + 1] += a->flows[i].cur_bytes != 0;
+    for (size_t i = 0; i < nf; i++) start[i + 1] += start[i];
+    memcpy(cur, start, (nf + 1) * sizeof *cur);
+    for (size_t k = 0; k < s->len; k++) {
+        size_t j = cur[s->v[3 * k]]++;
+        bin_out[j] = s->v[3 * k + 1];
+        val_out[j] = s->v[3 * k + 2];
+    }
+    for (size_t i = 0; i < nf; i++) {
+        if (!a->flows[i].cur_bytes) continue;
+        size_t j = cur[i]++;
+        bin_out[j] = a->flows[i].cur_bin;
+        val_out[j] = a->flows[i].cur_bytes;
+    }
+    free(cur);
+    /* Per flow: intervals ascending (out of order only when timestamps go
+     * back), entries of one interval summed; written compacted from 0. */
+    size_t w = 0;
+    for (size_t i = 0; i < nf; i++) {
+        size_t lo = start[i], hi = start[i + 1];
+        int sorted = 1;
+        for (size_t k = lo + 1; k < hi && sorted; k++) sorted = bin_out[k - 1] <= bin_out[k];
+        if (!sorted) {
+            int64_t *tmp = malloc((hi - lo) * 2 * sizeof *tmp);
+            if (!tmp) {
+                free(start);
+                return SIZE_MAX;
+            }
+            for (size_t k = lo; k < hi; k++) {
+                tmp[2 * (k - lo)] = bin_out[k];
+                tmp[2 * (k - lo) + 1] = val_out[k];
+            }
+            qsort(tmp, hi - lo, 2 * sizeof *tmp, cmp_bin); /* equal bins are summed: order moot */
+            for (size_t k = lo; k < hi; k++) {
+                bin_out[k] = tmp[2 * (k - lo)];
+                val_out[k] = tmp[2 * (k - lo) + 1];
+            }
+            free(tmp);
+        }
+        size_t first = w;
+        for (size_t k = lo; k < hi; k++) {
+            if (w > first && bin_out[w - 1] == bin_out[k]) {
+                val_out[w - 1] += val_out[k];
+                continue;
+            }
+            fid_out[w] = (int64_t)i;
+            bin_out[w] = bin_out[k];
+            val_out[w] = val_out[k];
+            w++;
+        }
+    }
+    free(start);
+    return w;
+}
+
 size_t netio_analyzer_series_len(const netio_analyzer *a, int which) {
     if (which < 0 || which > 2) return 0;
     size_t n = a->series[which].len;

@@ -203,6 +203,11 @@ void netio_analyzer_sketch_bins(const netio_analyzer *a, int64_t *out);
 /* Series entries (which: 0 data bytes per (flow, interval), 1 CE marks, 2
  * CNPs per interval) as (flow or -1, interval, value) triples, unsorted. */
 size_t netio_analyzer_series_len(const netio_analyzer *a, int which);
+/* The data series (which 0) ordered by flow then interval, the values of one
+ * (flow, interval) summed, as three columns (room for series_len(a, 0) each);
+ * returns how many rows, SIZE_MAX without memory. */
+size_t netio_analyzer_flow_series(const netio_analyzer *a, int64_t *fid_out, int64_t *bin_out,
+                                  int64_t *val_out);
 void netio_analyzer_series(const netio_analyzer *a, int which, int64_t *out);
 /* Sysfs counters (native/sysfs_counters.c; Python side netio.telemetry.sysfs.
  * CounterReader). pread(fds[i], 32 bytes, offset 0) for each of n kept

@@ -823,8 +823,9 @@ class NativeFlows:
         opcodes, naks = (self._sparse(which) for which in (0, 1))
         keys = FlowKeys(words)
         sketches = _native_sketches(a)
-        series = []
-        for which in range(3):
+        data = self._data_series()
+        series: list[I64] = [np.zeros((0, 3), np.int64)]  # (which 0 is ``data``)
+        for which in (1, 2):
             m = lib.netio_analyzer_series_len(a, which)
             t = np.zeros((m, 3), np.int64)
             if m:
@@ -839,8 +840,21 @@ class NativeFlows:
             ffi.release(self._a)
         ce, ce_beyond = _dense(series[1][:, 1:])
         cnp, cnp_beyond = _dense(series[2][:, 1:])
-        return FlowResults(keys, counters, opcodes, naks, sketches,
-                           _series_from(series[0]), ce, cnp, ce_beyond + cnp_beyond)
+        return FlowResults(keys, counters, opcodes, naks, sketches, data, ce, cnp,
+                           ce_beyond + cnp_beyond)
+
+    def _data_series(self) -> SeriesTable:
+        """The data series, sorted by flow and interval and summed in C (a counting
+        sort by flow: no sort of millions of entries here)."""
+        ffi, lib = native.ffi, native.lib
+        m = lib.netio_analyzer_series_len(self._a, 0)
+        cols = [np.zeros(m, np.int64) for _ in range(3)]
+        got = lib.netio_analyzer_flow_series(self._a, *(ffi.from_buffer("int64_t[]", c)
+                                                         for c in cols)) if m else 0
+        if got > m:
+            raise MemoryError("flow analysis ran out of memory")
+        fids, bins, vals = (c[:got] for c in cols)
+        return SeriesTable(fids, bins, vals)
 
 
 __all__ = ["COUNTERS", "MAX_MISSING", "MAX_PENDING", "FlowReference",
