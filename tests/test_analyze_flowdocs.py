@@ -124,3 +124,12 @@ def test_write_json_streams_the_text(captures: list[list[str]], tmp_path: Path) 
     listed = analyze(captures[0], AnalysisOptions())
     assert to_json(streamed) == to_json(listed)
     assert json.loads(to_json(streamed))["flows"] == listed["flows"]
+
+
+def test_mac_text() -> None:
+    from netio.analyze.units import format_mac_int
+
+    # The colon-hex text of the 48-bit address (IEEE 802 canonical form), written out.
+    assert format_mac_int(0x0123456789AB) == "01:23:45:67:89:ab"
+    assert format_mac_int(0) == "00:00:00:00:00:00"
+    assert format_mac_int((1 << 48) | 0x020000000001) == "02:00:00:00:00:01"
