@@ -133,3 +133,29 @@ def test_mac_text() -> None:
     assert format_mac_int(0x0123456789AB) == "01:23:45:67:89:ab"
     assert format_mac_int(0) == "00:00:00:00:00:00"
     assert format_mac_int((1 << 48) | 0x020000000001) == "02:00:00:00:00:01"
+
+
+def test_text_report_makes_only_the_top_flows(captures: list[list[str]],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from netio.analyze.report import to_text
+
+    paths = [p for ps in captures[:2] for p in ps]
+    streamed = analyze(paths, AnalysisOptions(), stream_flows=True)
+    listed = analyze(paths, AnalysisOptions())
+    made = 0
+    real = flowdocs._docs
+
+    def counting(capture: str, ch: Any) -> Any:
+        nonlocal made
+        for d in real(capture, ch):
+            made += 1
+            yield d
+
+    monkeypatch.setattr(flowdocs, "_docs", counting)
+    n_caps = len({f["capture"] for f in listed["flows"]})
+    assert len(listed["flows"]) > 2 * n_caps
+    for top in (1, 2, 1000):
+        want = to_text(listed, top=top)
+        made = 0
+        assert to_text(streamed, top=top) == want
+        assert made <= top * n_caps  # the findings were made by analyze()

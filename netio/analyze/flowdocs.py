@@ -22,6 +22,7 @@ sum of all the chunk's buckets), to the same values as
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, overload
@@ -499,6 +500,12 @@ class FlowDocuments(Sequence[dict[str, Any]]):
         """Each document's JSON text (as ``json.dumps`` writes it), in order."""
         for _, _, texts in self._parts:
             yield from texts()
+
+    def first_of_each(self, n: int) -> Iterator[dict[str, Any]]:
+        """The first ``n`` documents of each capture (its flows with the most bytes),
+        made without the others (the text report's --top)."""
+        for _, make, _ in self._parts:
+            yield from itertools.islice(make(False), n)
 
     def with_problems(self) -> Iterator[dict[str, Any]]:
         """The documents of the flows that may have a problem (for the findings), in

@@ -209,7 +209,9 @@ def to_text(doc: dict[str, Any], *, top: int = DEFAULT_TOP_FLOWS) -> str:
     if flows:
         shown: list[dict[str, Any]] = []
         per_capture: dict[str, int] = {}
-        for f in flows:  # most bytes first within each capture
+        # Streamed documents: only the shown ones are made (100,000 flows, --top 20).
+        heads = flows.first_of_each(top) if hasattr(flows, "first_of_each") else flows
+        for f in heads:  # most bytes first within each capture
             k = per_capture[f["capture"]] = per_capture.get(f["capture"], 0) + 1
             if k <= top:
                 shown.append(f)
