@@ -54,7 +54,7 @@ Top level
         netio.analyze.sketch.LatencySketch: the order statistic of rank
         floor(q*(count-1)) within RELATIVE_ERROR = 1/33 while it lies within 2^32 of
         max; at most MAX_SKETCH_BYTES = 4136 bytes per flow and latency kind; a
-        QP costs 1.9 KB of peak memory in all, measured, plus about 50 bytes per
+        QP costs 1.9 KB of peak memory in all, measured, plus about 60 bytes per
         throughput window with data: netio-analyze --help),
         icrc_failures,
         icrc_checked_packets,
