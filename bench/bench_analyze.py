@@ -21,9 +21,13 @@ For 64 captures tshark runs once per file and the times add up.
 
 Printed per shape: packets/s, CPU seconds, peak RSS, and the ratio of each
 tshark run's CPU time to netio's (CPU time, because other processes share
-this machine: wall times are shown too). Memory per flow is the growth of
-netio's peak RSS from the 24-flow shape to the 100,000-flow shape divided by
-the extra flows. ``--big`` adds the 10,000,000-packet headers-only shapes.
+this machine: wall times are shown too). Bytes per flow: per shape, netio's
+peak RSS above the interpreter start (with the analyzer's imports) divided by
+the flow entries (one per QP); and the slope that the goal is stated in: the
+growth of peak RSS from the 10,000-flow shape to the 100,000-flow shape (same
+packet count) divided by the extra flow entries (and from the 24-flow shape).
+``--big`` adds the 10,000,000-packet headers-only shapes (24 and 100,000 flows,
+and 10,000 flows for the slope at that size).
 The claims are the ratios measured here, not absolute numbers.
 """
 
@@ -116,6 +120,7 @@ def _shapes(n: int, big: bool) -> dict[str, tuple[Shape, int]]:
     out = {
         "A few flows": (Shape(n, 24, 1, 1, 128), 1),
         "B many flows": (Shape(n, min(100_000, n // 5), 1, 1, 128), 1),
+        "J 10k flows": (Shape(n, min(10_000, n // 50), 1, 1, 128), 1),
         "C toggling port": (Shape(n, 24, pauses(10_000), 1, 128), 1),
         "D many pauses": (Shape(n, 24, pauses(100_000), 256, 128), 1),
         "E whole frames": (Shape(n, 24, 1, 1, 65535), 1),
@@ -125,6 +130,7 @@ def _shapes(n: int, big: bool) -> dict[str, tuple[Shape, int]]:
         out["G 10M few flows"] = (Shape(10 * n, 24, 1, 1, 128), 1)
         out["H 10M many flows"] = (Shape(10 * n, 100_000, 1, 1, 128), 1)
         out["I 10M many pauses"] = (Shape(10 * n, 24, 100_000, 256, 128), 1)
+        out["K 10M 10k flows"] = (Shape(10 * n, 10_000, 1, 1, 128), 1)
     return out
 
 
@@ -183,6 +189,7 @@ def main() -> int:
               f"{'found' if tshark else 'not run'}; runs "
               f"{'pinned to CPU ' + str(cpu) if cpu is not None else 'not pinned'}")
         rss: dict[str, float] = {}
+        entries: dict[str, int] = {}
         for label, (shape, files) in _shapes(args.packets, args.big).items():
             if args.shapes and label[0] not in args.shapes.split(","):
                 continue
@@ -199,13 +206,17 @@ def main() -> int:
                 raise RuntimeError(f"{label}: netio-analyze counted {got} packets of {packets}")
             flows = len(doc["flows"])
             rss[label] = netio.max_rss_kib * 1024
-            print(f"{label}: {files} x {shape.label} ({packets:,} packets, "
+            entries[label] = flows
+            load = "/".join(f"{x:.1f}" for x in os.getloadavg())
+            print(f"{label} [load {load}]: {files} x {shape.label} ({packets:,} packets, "
                   f"{sum(p.stat().st_size for p in paths) / 1e6:.0f} MB, generated in "
                   f"{time.perf_counter() - t:.1f} s), {flows:,} flow entries")
             print(f"  netio-analyze --json: {netio.wall_s:.2f} s wall, {netio.cpu_s:.2f} s CPU "
                   f"= {packets / netio.cpu_s / 1e6:.2f} M packets/s end to end "
                   f"({packets / max(1e-9, netio.cpu_s - base.cpu_s) / 1e6:.2f} M/s without "
-                  f"the start-up), peak RSS {netio.max_rss_kib / 1024:.0f} MiB")
+                  f"the start-up), peak RSS {netio.max_rss_kib / 1024:.0f} MiB = "
+                  f"{(netio.max_rss_kib - base.max_rss_kib) * 1024 / max(1, flows):.0f} "
+                  f"bytes per flow above the start-up")
             if tshark:
                 for name, z in (("io", "io,stat,0"), ("conv", "conv,udp"),
                                 ("expert", "expert")):
@@ -214,11 +225,14 @@ def main() -> int:
                           f"CPU, peak RSS {r.max_rss_kib / 1024:.0f} MiB; netio is "
                           f"{r.cpu_s / netio.cpu_s:.1f}x faster (CPU)")
             sys.stdout.flush()
-        if "A few flows" in rss and "B many flows" in rss:
-            many = _shapes(args.packets, False)["B many flows"][0].flows
-            per_flow = (rss["B many flows"] - rss["A few flows"]) / (many - 24)
-            print(f"memory per flow: peak RSS grows {per_flow:.0f} bytes per flow from 24 to "
-                  f"{many:,} flows (same packet count)")
+        for few, many in (("J 10k flows", "B many flows"), ("A few flows", "B many flows"),
+                          ("K 10M 10k flows", "H 10M many flows"),
+                          ("G 10M few flows", "H 10M many flows")):
+            if few in rss and many in rss and entries[many] > entries[few]:
+                per_flow = (rss[many] - rss[few]) / (entries[many] - entries[few])
+                print(f"memory per flow: peak RSS grows {per_flow:.0f} bytes per flow entry "
+                      f"from {entries[few]:,} to {entries[many]:,} entries ({few[0]} -> "
+                      f"{many[0]}, same packet count)")
     finally:
         launcher.close()
         if not args.keep:

@@ -123,6 +123,8 @@ def write_shape(path: Path, shape: Shape) -> int:
         n_ctl = int(ctl_pos.sum())
         n_roce = shape.packets - n_ctl
     whole = shape.snaplen >= 9000
+    # A frame the snap length keeps whole has its ICRC checked: it must be right.
+    ack_whole = whole or len(ack_t) <= shape.snaplen
     with open(path, "wb") as f:
         PcapWriter(f, snaplen=shape.snaplen, nanosecond=True).close()
         roce_done = 0
@@ -146,7 +148,7 @@ def write_shape(path: Path, shape: Shape) -> int:
                                                       ack_req[~is_ack], False, whole)))
             frames.append((r_sel[is_ack], _roce_rows(ack_t, flow[is_ack], psn[is_ack],
                                                      np.zeros(int(is_ack.sum()), np.bool_),
-                                                     True, whole)))
+                                                     True, ack_whole)))
             c_sel = np.nonzero(is_ctl)[0]
             j = ctl_done + np.arange(c_sel.size, dtype=np.int64)
             ctl_done += c_sel.size

@@ -203,7 +203,7 @@ static int pr_room(pairs_t *p) {
         p->start = 0;
         return 0;
     }
-    uint32_t nc = p->cap ? 2 * p->cap : 4;
+    uint32_t nc = p->cap ? 2 * p->cap : 2;
     int64_t *nv = realloc(p->v, 2 * sizeof(int64_t) * nc);
     if (!nv) return -1;
     p->v = nv;
@@ -253,7 +253,7 @@ static inline int32_t sketch_index(int64_t v) {
 
 static int sketch_room(sketch_t *s, uint32_t need) {
     if (need <= s->cap) return 0;
-    uint32_t nc = s->cap ? 2u * s->cap : 16u;
+    uint32_t nc = s->cap ? 2u * s->cap : 4u; /* most flows' latencies fill few buckets */
     while (nc < need) nc *= 2;
     if (nc > NETIO_SKETCH_MAX_BINS) nc = NETIO_SKETCH_MAX_BINS;
     int64_t *nb = realloc(s->bins, nc * sizeof *nb);
@@ -315,25 +315,41 @@ static int sketch_add(sketch_t *s, int64_t v) {
 
 /* ------------------------------------------------------------ flow state */
 
+#define OPC_INLINE 4
+
+/* The state only some flows need (READ responses, PSN gaps, READs awaiting
+ * their response, READ latency and CNP reaction, CE/CNP times), allocated at
+ * its first use: a SEND/WRITE flow without loss or congestion stays small. */
+typedef struct {
+    uint32_t rr_last_raw; /* READ RESPONSE PSNs */
+    uint8_t rr_have;
+    int64_t rr_last_u, rr_max_u;
+    pairs_t missing, rr_missing; /* open gaps [lo, hi], ascending */
+    pairs_t pend_read;           /* (raw PSN, ts) of READ REQUESTs, in arrival order */
+    sketch_t lat[2];             /* READ latency, CNP reaction */
+    int64_t unanswered_ts, last_cnp_ts;
+} flow_rare_t;
+
 typedef struct {
     int64_t c[NETIO_FC_COUNT];
-    uint64_t opc[NETIO_FLOW_OPCODE_SLOTS];
+    /* Packets per opcode slot, sparse: a flow rarely uses more than OPC_INLINE
+     * opcodes (a SEND flow one, a READ responder's five at most), so their
+     * counts live here, and only a flow with more gets the dense opc_more
+     * (NETIO_FLOW_OPCODE_SLOTS counts, the inline ones moved into it). */
+    uint64_t opc_n[OPC_INLINE];
+    uint64_t *opc_more;
+    uint8_t opc_slot[OPC_INLINE];
+    uint8_t opc_used;
     int64_t *naks; /* 32 per NAK code, allocated at the first NAK */
     /* Request PSNs (unwrapped to 64 bits). */
     int64_t last_u, max_u, last_span;
     uint32_t last_raw;
     uint8_t have;
-    /* READ RESPONSE PSNs. */
-    uint8_t rr_have;
     uint8_t unanswered; /* a CE mark of this direction awaits its CNP */
     uint8_t cnp_seen;
-    uint32_t rr_last_raw;
-    int64_t rr_last_u, rr_max_u;
-    pairs_t missing, rr_missing; /* open gaps [lo, hi], ascending */
     pairs_t pend_ack;            /* (PSN, ts) of AckReq requests, by PSN */
-    pairs_t pend_read;           /* (raw PSN, ts) of READ REQUESTs, in arrival order */
-    sketch_t lat[3];              /* ACK latency, READ latency, CNP reaction */
-    int64_t unanswered_ts, last_cnp_ts;
+    sketch_t ack_lat;            /* ACK latency */
+    flow_rare_t *rare;           /* NULL until needed */
     int64_t cur_bin, cur_bytes;  /* data bytes of the open interval */
     int64_t bin_lo, bin_hi;      /* its time range */
     int64_t pair_fail_flows;     /* flow count when pairing last found no candidate */
@@ -362,6 +378,7 @@ struct netio_analyzer {
     int64_t cur_bin[2], cur_n[2], bin_lo[2], bin_hi[2];
     int64_t summary[NETIO_ANALYZER_SUMMARY];
     int oom;
+    int shed; /* netio_analyzer_shed ran: only the counters are left */
 };
 
 static int series_push(series_t *s, int64_t key, int64_t bin, int64_t value) {
@@ -421,21 +438,39 @@ netio_analyzer *netio_analyzer_new(const netio_analyzer_config *cfg) {
 
 static void flow_release(flow_t *f) {
     free(f->naks);
-    free(f->missing.v);
-    free(f->rr_missing.v);
+    free(f->opc_more);
     free(f->pend_ack.v);
-    free(f->pend_read.v);
-    for (int i = 0; i < 3; i++) free(f->lat[i].bins);
+    free(f->ack_lat.bins);
+    if (f->rare) {
+        free(f->rare->missing.v);
+        free(f->rare->rr_missing.v);
+        free(f->rare->pend_read.v);
+        for (int i = 0; i < 2; i++) free(f->rare->lat[i].bins);
+        free(f->rare);
+    }
+}
+
+void netio_analyzer_shed(netio_analyzer *a) {
+    if (a->shed) return;
+    for (size_t i = 0; i < a->flows_kt.len && a->flows; i++) flow_release(&a->flows[i]);
+    free(a->hosts);
+    a->hosts = NULL;
+    kt_free(&a->flows_kt); /* its len stays: the flow count */
+    kt_free(&a->hosts_kt);
+    a->flows_kt.slots = a->hosts_kt.slots = NULL;
+    a->flows_kt.keys = a->hosts_kt.keys = NULL;
+    for (int i = 0; i < 3; i++) {
+        free(a->series[i].v);
+        a->series[i].v = NULL;
+        a->series[i].len = a->series[i].cap = 0;
+    }
+    a->shed = 1;
 }
 
 void netio_analyzer_free(netio_analyzer *a) {
     if (!a) return;
-    for (size_t i = 0; i < a->flows_kt.len && a->flows; i++) flow_release(&a->flows[i]);
+    netio_analyzer_shed(a);
     free(a->flows);
-    free(a->hosts);
-    kt_free(&a->flows_kt);
-    kt_free(&a->hosts_kt);
-    for (int i = 0; i < 3; i++) free(a->series[i].v);
     free(a);
 }
 
@@ -550,6 +585,12 @@ static int gap_fill(netio_analyzer *a, pairs_t *m, int64_t p) {
     return 1;
 }
 
+/* f's rare state, allocated now if it has none; NULL (and oom set) without memory. */
+static flow_rare_t *rare_of(netio_analyzer *a, flow_t *f) {
+    if (!f->rare && !(f->rare = calloc(1, sizeof *f->rare))) a->oom = 1;
+    return f->rare;
+}
+
 static inline void sample(netio_analyzer *a, sketch_t *s, int64_t v) {
     if (sketch_add(s, v) < 0) a->oom = 1;
 }
@@ -579,9 +620,10 @@ static int request(netio_analyzer *a, flow_t *f, const netio_analyze_row *r, int
     if (ahead > tol) {
         c[NETIO_FC_GAPS]++;
         c[NETIO_FC_GAP_PACKETS] += ahead - tol;
-        gap_add(a, &f->missing, prev_max + tol, psn_u - 1);
+        flow_rare_t *x = rare_of(a, f);
+        if (x) gap_add(a, &x->missing, prev_max + tol, psn_u - 1);
     } else if (ahead <= 0) {
-        if (gap_fill(a, &f->missing, psn_u)) c[NETIO_FC_OOO]++;
+        if (f->rare && gap_fill(a, &f->rare->missing, psn_u)) c[NETIO_FC_OOO]++;
         else { c[NETIO_FC_DUPS]++; dup = 1; }
     }
     c[NETIO_FC_REQUESTS]++;
@@ -596,7 +638,9 @@ static int request(netio_analyzer *a, flow_t *f, const netio_analyze_row *r, int
     f->have = 1;
     if (dup) return 1;
     if (of & NETIO_OPF_READ_REQUEST) {
-        pairs_t *q = &f->pend_read;
+        flow_rare_t *x = rare_of(a, f);
+        if (!x) return 0;
+        pairs_t *q = &x->pend_read;
         if (pr_insert(q, q->len, p, ts) < 0) a->oom = 1;
         if (q->len > NETIO_FLOW_MAX_PENDING) pr_pop_front(q);
     } else if (r->flags & F_ACK_REQ) {
@@ -615,12 +659,14 @@ static int read_response(netio_analyzer *a, flow_t *f, const netio_analyze_row *
     int64_t *c = f->c;
     uint32_t p = r->psn;
     int64_t psn_u, prev_max;
-    if (!f->rr_have) {
+    flow_rare_t *x = rare_of(a, f);
+    if (!x) return 0;
+    if (!x->rr_have) {
         psn_u = p;
         prev_max = (int64_t)p - 1;
     } else {
-        psn_u = f->rr_last_u + psn_delta(p, f->rr_last_raw);
-        prev_max = f->rr_max_u;
+        psn_u = x->rr_last_u + psn_delta(p, x->rr_last_raw);
+        prev_max = x->rr_max_u;
     }
     int64_t ahead = psn_u - prev_max;
     int dup = 0;
@@ -630,26 +676,27 @@ static int read_response(netio_analyzer *a, flow_t *f, const netio_analyze_row *
         if (of & NETIO_OPF_RESPONSE_MIDDLE_LAST) {
             c[NETIO_FC_RR_GAPS]++;
             c[NETIO_FC_RR_GAP_PACKETS] += ahead - 1;
-            gap_add(a, &f->rr_missing, prev_max + 1, psn_u - 1);
+            gap_add(a, &x->rr_missing, prev_max + 1, psn_u - 1);
         }
     } else if (ahead <= 0) {
-        if (gap_fill(a, &f->rr_missing, psn_u)) c[NETIO_FC_RR_OOO]++;
+        if (gap_fill(a, &x->rr_missing, psn_u)) c[NETIO_FC_RR_OOO]++;
         else { c[NETIO_FC_RR_DUPS]++; dup = 1; }
     }
     c[NETIO_FC_RR_PACKETS]++;
-    f->rr_last_raw = p;
-    f->rr_last_u = psn_u;
-    if (!f->rr_have || psn_u > f->rr_max_u) f->rr_max_u = psn_u;
-    f->rr_have = 1;
+    x->rr_last_raw = p;
+    x->rr_last_u = psn_u;
+    if (!x->rr_have || psn_u > x->rr_max_u) x->rr_max_u = psn_u;
+    x->rr_have = 1;
     int64_t fwd = c[NETIO_FC_PAIR];
-    if ((of & NETIO_OPF_READ_RESPONSE_FIRST) && fwd >= 0) {
-        pairs_t *q = &a->flows[fwd].pend_read;
+    flow_rare_t *fx = fwd >= 0 ? a->flows[fwd].rare : NULL; /* none: no READ pending */
+    if ((of & NETIO_OPF_READ_RESPONSE_FIRST) && fx) {
+        pairs_t *q = &fx->pend_read;
         for (uint32_t i = q->len; i-- > 0;) {
             int64_t *e = pr_at(q, i);
             if (e[0] == p) {
                 int64_t t_req = e[1];
                 pr_erase(q, i);
-                if (t_req <= ts) sample(a, &a->flows[fwd].lat[1], ts - t_req);
+                if (t_req <= ts) sample(a, &fx->lat[0], ts - t_req);
                 break;
             }
         }
@@ -669,7 +716,7 @@ static void ack_latency(netio_analyzer *a, flow_t *rf, const netio_analyze_row *
     int kept = 0;
     for (; j < q->len && pr_at(q, j)[0] <= a_u; j++) {
         int64_t *e = pr_at(q, j);
-        if (e[1] <= ts) sample(a, &f->lat[0], ts - e[1]);
+        if (e[1] <= ts) sample(a, &f->ack_lat, ts - e[1]);
         else kept = 1;
     }
     if (!kept) {
@@ -693,6 +740,29 @@ static void ack_latency(netio_analyzer *a, flow_t *rf, const netio_analyze_row *
     q->len -= w;
 }
 
+/* One more packet of opcode slot `slot` on flow f; -1: no memory. */
+static int opc_add(flow_t *f, uint8_t slot) {
+    if (f->opc_more) {
+        f->opc_more[slot]++;
+        return 0;
+    }
+    for (int i = 0; i < f->opc_used; i++) {
+        if (f->opc_slot[i] == slot) {
+            f->opc_n[i]++;
+            return 0;
+        }
+    }
+    if (f->opc_used < OPC_INLINE) {
+        f->opc_slot[f->opc_used] = slot;
+        f->opc_n[f->opc_used++] = 1;
+        return 0;
+    }
+    if (!(f->opc_more = calloc(NETIO_FLOW_OPCODE_SLOTS, sizeof(uint64_t)))) return -1;
+    for (int i = 0; i < f->opc_used; i++) f->opc_more[f->opc_slot[i]] = f->opc_n[i];
+    f->opc_more[slot]++;
+    return 0;
+}
+
 /* All per-packet RoCE analyses of one (filtered) RoCE row. */
 static void flow_packet(netio_analyzer *a, const netio_analyze_row *r, int64_t ts,
                         uint32_t frame_bytes) {
@@ -714,7 +784,7 @@ static void flow_packet(netio_analyzer *a, const netio_analyze_row *r, int64_t t
         c[NETIO_FC_ICRC_CHECKED]++;
         if (!(r->flags & F_ICRC_OK)) c[NETIO_FC_ICRC_BAD]++;
     }
-    f->opc[a->cfg.opslot[op]]++;
+    if (opc_add(f, a->cfg.opslot[op]) < 0) { a->oom = 1; return; }
     c[NETIO_FC_SRC_MAC] = (int64_t)r->src_mac;
     c[NETIO_FC_DST_MAC] = (int64_t)r->dst_mac;
     c[NETIO_FC_PCP] = r->pcp;
@@ -748,24 +818,28 @@ static void flow_packet(netio_analyzer *a, const netio_analyze_row *r, int64_t t
         }
     }
     if (r->ecn == 3) {
-        if (!f->unanswered) {
+        flow_rare_t *x = f->unanswered ? NULL : rare_of(a, f);
+        if (x) {
             f->unanswered = 1;
-            f->unanswered_ts = ts;
+            x->unanswered_ts = ts;
         }
         count_mark(a, 0, ts);
     }
     if (of & NETIO_OPF_CNP) {
         c[NETIO_FC_CNPS]++;
-        if (f->cnp_seen && ts - f->last_cnp_ts < a->cfg.cnp_min_gap_ns) c[NETIO_FC_CNP_VIOLATIONS]++;
+        flow_rare_t *x = rare_of(a, f);
+        if (!x) return;
+        if (f->cnp_seen && ts - x->last_cnp_ts < a->cfg.cnp_min_gap_ns) c[NETIO_FC_CNP_VIOLATIONS]++;
         f->cnp_seen = 1;
-        f->last_cnp_ts = ts;
+        x->last_cnp_ts = ts;
         int64_t d = c[NETIO_FC_PAIR];
         if (d < 0) {
             c[NETIO_FC_CNP_UNMATCHED]++;
         } else {
             flow_t *df = &a->flows[d];
-            if (df->unanswered && df->unanswered_ts <= ts) {
-                sample(a, &df->lat[2], ts - df->unanswered_ts);
+            /* unanswered is set only with the rare state */
+            if (df->unanswered && df->rare->unanswered_ts <= ts) {
+                sample(a, &df->rare->lat[1], ts - df->rare->unanswered_ts);
                 df->unanswered = 0;
             }
         }
@@ -868,30 +942,91 @@ void netio_analyzer_summary(const netio_analyzer *a, int64_t *out) {
 
 size_t netio_analyzer_flows(const netio_analyzer *a) { return a->flows_kt.len; }
 
-void netio_analyzer_export(const netio_analyzer *a, uint64_t *keys, int64_t *counters,
-                           uint64_t *opcodes, int64_t *naks) {
+void netio_analyzer_export(const netio_analyzer *a, uint64_t *keys, int64_t *counters) {
     size_t n = a->flows_kt.len;
     for (size_t i = 0; i < n; i++) {
-        const flow_t *f = &a->flows[i];
-        memcpy(keys + 5 * i, a->flows_kt.keys[i].w, sizeof(fkey));
-        memcpy(counters + NETIO_FC_COUNT * i, f->c, sizeof f->c);
-        memcpy(opcodes + NETIO_FLOW_OPCODE_SLOTS * i, f->opc, sizeof f->opc);
-        if (f->naks) memcpy(naks + 32 * i, f->naks, 32 * sizeof(int64_t));
-        else memset(naks + 32 * i, 0, 32 * sizeof(int64_t));
+        if (keys && !a->shed) memcpy(keys + 5 * i, a->flows_kt.keys[i].w, sizeof(fkey));
+        if (counters) memcpy(counters + NETIO_FC_COUNT * i, a->flows[i].c, sizeof a->flows[i].c);
     }
+}
+
+/* Flow f's non-zero counts of which (0: opcode slots, 1: NAK codes) as
+ * (fid, slot or code, count) triples in ascending slot/code order, written
+ * from out (NULL: only counted); returns how many. */
+static size_t sparse_of(const flow_t *f, size_t fid, int which, int64_t *out) {
+    size_t k = 0;
+    const uint64_t *dense = which == 0 ? f->opc_more : (const uint64_t *)f->naks;
+    size_t slots = which == 0 ? NETIO_FLOW_OPCODE_SLOTS : 32;
+    if (dense) {
+        for (size_t j = 0; j < slots; j++) {
+            if (!dense[j]) continue;
+            if (out) {
+                out[3 * k] = (int64_t)fid;
+                out[3 * k + 1] = (int64_t)j;
+                out[3 * k + 2] = (int64_t)dense[j];
+            }
+            k++;
+        }
+        return k;
+    }
+    if (which != 0) return 0;
+    /* inline opcode counts, in first-seen order: emit by ascending slot */
+    int done = 0;
+    for (int pass = 0; pass < f->opc_used; pass++) {
+        int best = -1;
+        for (int i = 0; i < f->opc_used; i++)
+            if (!(done >> i & 1) && (best < 0 || f->opc_slot[i] < f->opc_slot[best])) best = i;
+        done |= 1 << best;
+        if (out) {
+            out[3 * k] = (int64_t)fid;
+            out[3 * k + 1] = f->opc_slot[best];
+            out[3 * k + 2] = (int64_t)f->opc_n[best];
+        }
+        k++;
+    }
+    return k;
+}
+
+size_t netio_analyzer_sparse_len(const netio_analyzer *a, int which) {
+    size_t k = 0;
+    for (size_t i = 0; i < a->flows_kt.len; i++) k += sparse_of(&a->flows[i], i, which, NULL);
+    return k;
+}
+
+void netio_analyzer_sparse(const netio_analyzer *a, int which, int64_t *out) {
+    size_t k = 0;
+    for (size_t i = 0; i < a->flows_kt.len; i++)
+        k += sparse_of(&a->flows[i], i, which, out + 3 * k);
+}
+
+/* Sketch k of f (0 ACK latency, 1 READ latency, 2 CNP reaction); an empty one
+ * when f has no rare state. */
+static const sketch_t *flow_sketch(const flow_t *f, int k) {
+    static const sketch_t empty;
+    if (k == 0) return &f->ack_lat;
+    return f->rare ? &f->rare->lat[k - 1] : &empty;
+}
+
+size_t netio_analyzer_sketch_count(const netio_analyzer *a) {
+    size_t n = 0;
+    for (size_t i = 0; i < a->flows_kt.len; i++)
+        for (int k = 0; k < 3; k++) n += flow_sketch(&a->flows[i], k)->count != 0;
+    return n;
 }
 
 size_t netio_analyzer_sketches(const netio_analyzer *a, int64_t *headers) {
     size_t total = 0;
     for (size_t i = 0; i < a->flows_kt.len; i++) {
         for (int k = 0; k < 3; k++) {
-            const sketch_t *s = &a->flows[i].lat[k];
-            int64_t *h = headers + 5 * (3 * i + (size_t)k);
-            h[0] = s->lo;
-            h[1] = s->len;
-            h[2] = s->count;
-            h[3] = s->min;
-            h[4] = s->max;
+            const sketch_t *s = flow_sketch(&a->flows[i], k);
+            if (!s->count) continue;
+            headers[0] = (int64_t)(3 * i + (size_t)k);
+            headers[1] = s->lo;
+            headers[2] = s->len;
+            headers[3] = s->count;
+            headers[4] = s->min;
+            headers[5] = s->max;
+            headers += 6;
             total += s->len;
         }
     }
@@ -901,11 +1036,84 @@ size_t netio_analyzer_sketches(const netio_analyzer *a, int64_t *headers) {
 void netio_analyzer_sketch_bins(const netio_analyzer *a, int64_t *out) {
     for (size_t i = 0; i < a->flows_kt.len; i++) {
         for (int k = 0; k < 3; k++) {
-            const sketch_t *s = &a->flows[i].lat[k];
+            const sketch_t *s = flow_sketch(&a->flows[i], k);
             if (s->len) memcpy(out, s->bins, s->len * sizeof(int64_t));
             out += s->len;
         }
     }
+}
+
+static int cmp_bin(const void *x, const void *y) {
+    int64_t a = ((const int64_t *)x)[0], b = ((const int64_t *)y)[0];
+    return (a > b) - (a < b);
+}
+
+size_t netio_analyzer_flow_series(const netio_analyzer *a, int64_t *fid_out, int64_t *bin_out,
+                                  int64_t *val_out) {
+    size_t nf = a->flows_kt.len;
+    const series_t *s = &a->series[0];
+    size_t *start = calloc(nf + 1, sizeof *start), *cur = malloc((nf + 1) * sizeof *cur);
+    if (!start || !cur) {
+        free(start);
+        free(cur);
+        return SIZE_MAX;
+    }
+    /* Counting sort by flow (stable: each flow's entries stay in capture order),
+     * each flow's open interval last. */
+    for (size_t k = 0; k < s->len; k++) start[s->v[3 * k] + 1]++;
+    for (size_t i = 0; i < nf; i++) start[i + 1] += a->flows[i].cur_bytes != 0;
+    for (size_t i = 0; i < nf; i++) start[i + 1] += start[i];
+    memcpy(cur, start, (nf + 1) * sizeof *cur);
+    for (size_t k = 0; k < s->len; k++) {
+        size_t j = cur[s->v[3 * k]]++;
+        bin_out[j] = s->v[3 * k + 1];
+        val_out[j] = s->v[3 * k + 2];
+    }
+    for (size_t i = 0; i < nf; i++) {
+        if (!a->flows[i].cur_bytes) continue;
+        size_t j = cur[i]++;
+        bin_out[j] = a->flows[i].cur_bin;
+        val_out[j] = a->flows[i].cur_bytes;
+    }
+    free(cur);
+    /* Per flow: intervals ascending (out of order only when timestamps go
+     * back), entries of one interval summed; written compacted from 0. */
+    size_t w = 0;
+    for (size_t i = 0; i < nf; i++) {
+        size_t lo = start[i], hi = start[i + 1];
+        int sorted = 1;
+        for (size_t k = lo + 1; k < hi && sorted; k++) sorted = bin_out[k - 1] <= bin_out[k];
+        if (!sorted) {
+            int64_t *tmp = malloc((hi - lo) * 2 * sizeof *tmp);
+            if (!tmp) {
+                free(start);
+                return SIZE_MAX;
+            }
+            for (size_t k = lo; k < hi; k++) {
+                tmp[2 * (k - lo)] = bin_out[k];
+                tmp[2 * (k - lo) + 1] = val_out[k];
+            }
+            qsort(tmp, hi - lo, 2 * sizeof *tmp, cmp_bin); /* equal bins are summed: order moot */
+            for (size_t k = lo; k < hi; k++) {
+                bin_out[k] = tmp[2 * (k - lo)];
+                val_out[k] = tmp[2 * (k - lo) + 1];
+            }
+            free(tmp);
+        }
+        size_t first = w;
+        for (size_t k = lo; k < hi; k++) {
+            if (w > first && bin_out[w - 1] == bin_out[k]) {
+                val_out[w - 1] += val_out[k];
+                continue;
+            }
+            fid_out[w] = (int64_t)i;
+            bin_out[w] = bin_out[k];
+            val_out[w] = val_out[k];
+            w++;
+        }
+    }
+    free(start);
+    return w;
 }
 
 size_t netio_analyzer_series_len(const netio_analyzer *a, int which) {

@@ -182,20 +182,32 @@ int netio_analyzer_feed(netio_analyzer *a, const uint8_t *buf, size_t buf_len,
 int netio_analyzer_feed_columns(netio_analyzer *a, const netio_analyze_columns *cols, size_t n);
 void netio_analyzer_summary(const netio_analyzer *a, int64_t *out);
 size_t netio_analyzer_flows(const netio_analyzer *a);
-/* Per flow: 5 key words, NETIO_FC_COUNT counters, NETIO_FLOW_OPCODE_SLOTS
- * opcode counts and 32 NAK counts (by NAK code). */
-void netio_analyzer_export(const netio_analyzer *a, uint64_t *keys, int64_t *counters,
-                           uint64_t *opcodes, int64_t *naks);
+/* Per flow: 5 key words and NETIO_FC_COUNT counters (either may be NULL). */
+void netio_analyzer_export(const netio_analyzer *a, uint64_t *keys, int64_t *counters);
+/* Free everything but the flow count and counters (after the other exports),
+ * so that the counters are copied out with the rest of the state gone. */
+void netio_analyzer_shed(netio_analyzer *a);
+/* The non-zero packet counts per opcode slot (which 0) or NAK code (which 1)
+ * of every flow, as (flow, slot or code, count) int64 triples ordered by flow
+ * then slot/code: how many, then the triples themselves. */
+size_t netio_analyzer_sparse_len(const netio_analyzer *a, int which);
+void netio_analyzer_sparse(const netio_analyzer *a, int which, int64_t *out);
 /* Latency sketches (0 ACK latency, 1 READ latency, 2 CNP reaction, ns; see
- * netio.analyze.sketch): per flow and kind, 5 values (lowest bucket, bucket
- * count, sample count, min, max) into headers (room for 15 per flow); returns
- * the total bucket count, which netio_analyzer_sketch_bins writes into out in
- * the same order. */
+ * netio.analyze.sketch) with samples: how many; then per sketch, in flow and
+ * kind order, 6 values (flow * 3 + kind, lowest bucket, bucket count, sample
+ * count, min, max) into headers; returns the total bucket count, which
+ * netio_analyzer_sketch_bins writes into out in the same order. */
+size_t netio_analyzer_sketch_count(const netio_analyzer *a);
 size_t netio_analyzer_sketches(const netio_analyzer *a, int64_t *headers);
 void netio_analyzer_sketch_bins(const netio_analyzer *a, int64_t *out);
 /* Series entries (which: 0 data bytes per (flow, interval), 1 CE marks, 2
  * CNPs per interval) as (flow or -1, interval, value) triples, unsorted. */
 size_t netio_analyzer_series_len(const netio_analyzer *a, int which);
+/* The data series (which 0) ordered by flow then interval, the values of one
+ * (flow, interval) summed, as three columns (room for series_len(a, 0) each);
+ * returns how many rows, SIZE_MAX without memory. */
+size_t netio_analyzer_flow_series(const netio_analyzer *a, int64_t *fid_out, int64_t *bin_out,
+                                  int64_t *val_out);
 void netio_analyzer_series(const netio_analyzer *a, int which, int64_t *out);
 /* Sysfs counters (native/sysfs_counters.c; Python side netio.telemetry.sysfs.
  * CounterReader). pread(fds[i], 32 bytes, offset 0) for each of n kept

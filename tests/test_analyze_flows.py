@@ -223,7 +223,7 @@ def test_ack_latency_follows_the_psn_order_of_first_copies() -> None:
                "ts": next(t)})
     r = both(columns(pk))
     assert _latencies(r.sketch(0, "ack")) == _spec_buckets([4000, 1000, 6000, 5000])
-    assert r.naks[1].tolist()[1] == 1 and _c(r, 1, "naks", "rnr", "rnr_codes") == [
+    assert r.nak_counts(1) == {1: 1} and _c(r, 1, "naks", "rnr", "rnr_codes") == [
         1, 1, 1 << 14]
 
 
@@ -489,3 +489,15 @@ def test_latency_sketches_agree_and_fold_alike(delays: list[int]) -> None:
     assert sk is not None and (sk.count, sk.min_ns, sk.max_ns) == (
         len(delays), min(delays), max(delays))
     assert len(sk.bins) <= MAX_BINS and int(sk.bins.sum()) == len(delays)
+
+
+def test_data_series_sums_intervals_revisited_by_timestamps_going_back() -> None:
+    # One flow's first-copy SENDs at these times (in intervals of INTERVAL from
+    # ORIGIN): 0.5, 2.5, 1.5, 2.6, 0.2, 2.7 -> interval 0: 100 + 500 bytes,
+    # 1: 300, 2: 200 + 400 + 600 (each interval once, ascending, summed).
+    at = [0.5, 2.5, 1.5, 2.6, 0.2, 2.7]
+    pk = [{"qp": 0x10, "op": Op.RC_SEND_ONLY, "psn": i, "pay": 100 * (i + 1),
+           "ts": ORIGIN + int(t * INTERVAL)} for i, t in enumerate(at)]
+    r = both(columns(pk))
+    bins, vals = r.series[0]
+    assert bins.tolist() == [0, 1, 2] and vals.tolist() == [600, 300, 1200]

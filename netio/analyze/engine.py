@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, overload
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -35,14 +35,20 @@ from netio.analyze.distribute import Mapper
 from netio.analyze.extract import CHUNK_RECORDS, CaptureChunks, c_columns, count_unsupported
 from netio.analyze.fairness import fairness_bulk, incasts
 from netio.analyze.findings import findings
+from netio.analyze.flowdocs import (
+    FlowDocuments,
+    connection_name,
+    flow_docs,
+    flow_texts,
+    primary_flows,
+)
 from netio.analyze.flows import (
     MAX_SERIES_INTERVALS,
-    SLOT_OPCODE,
+    FlowKeys,
     FlowReference,
     FlowResults,
     NativeFlows,
     analyzer_config,
-    summary_s,
 )
 from netio.analyze.options import AnalysisOptions
 from netio.analyze.pfc import PauseAnalyzer, QueueState, paused_within
@@ -54,8 +60,6 @@ from netio.errors import CaptureError, CaptureWarning
 from netio.pcap.compressed import strip_compression_suffix
 from netio.pcap.format import unsupported_linktype
 from netio.pcap.scan import CaptureScanner, ScanColumns, WindowScanner
-from netio.wire.bth import OPCODE_TABLE
-from netio.wire.ext import NakCode, rnr_timer_s
 from netio.wire.mad import GSI_QP
 
 #: Called after each chunk with (bytes done, bytes total) over all captures.
@@ -178,9 +182,16 @@ def run_capture(task: CaptureTask, step: Callable[[int], None] | None = None) ->
     else:
         run = _reference_pass(cap.path, opts, task.origin_ns, pa,
                               task.chunk_records or CHUNK_RECORDS, report)
-    if run.flows is not None and any(k.dest_qp == GSI_QP for k in run.flows.keys):
+    if run.flows is not None and _any_gsi(run.flows):
         run.cm = cm_events(cap.path, use_native=task.use_native)
     return run
+
+
+def _any_gsi(fr: FlowResults) -> bool:
+    """Whether a flow is sent to QP 1 (CM MADs)."""
+    if isinstance(fr.keys, FlowKeys):
+        return bool((fr.keys.dest_qps() == GSI_QP).any())
+    return any(k.dest_qp == GSI_QP for k in fr.keys)
 
 
 def _ignore(done: int) -> None:
@@ -381,7 +392,7 @@ def _native_pass(path: str, opts: AnalysisOptions, origin: int, pa: PauseAnalyze
         run.first = int(summary[lib.NETIO_AS_FIRST_TS])
         run.last = int(summary[lib.NETIO_AS_LAST_TS])
     run.queues = pa.finish()
-    run.flows = flows.results()
+    run.flows = flows.results(release=True)
     return run
 
 
@@ -458,118 +469,8 @@ def _pause_docs(queues: list[tuple[QueueState, dict[str, Any]]], origin: int,
     return senders, storms, xon_storms, events
 
 
-class _FlowColumns:
-    """Every per-flow value of one capture as Python lists, converted in bulk (one
-    ``tolist`` per column instead of a numpy scalar per flow and field)."""
-
-    def __init__(self, fr: FlowResults, origin: int) -> None:
-        c = fr.c
-        self.v: dict[str, list[int]] = {name: c[name].tolist() for name in c}
-        self.origin = origin
-        self.opcodes: list[dict[str, int]] = [{} for _ in range(fr.n)]
-        rows, slots = np.nonzero(fr.opcodes)
-        for r, sl, n in zip(rows.tolist(), slots.tolist(), fr.opcodes[rows, slots].tolist(),
-                            strict=True):
-            self.opcodes[r][_SLOT_NAMES[sl]] = n
-        # (slots are numbered in opcode order, so each dict is in opcode order)
-        self.naks: dict[int, dict[str, int]] = {}
-        rows, codes = np.nonzero(fr.naks)
-        for r, code, n in zip(rows.tolist(), codes.tolist(), fr.naks[rows, codes].tolist(),
-                              strict=True):
-            self.naks.setdefault(r, {})[_NAK_NAMES[code]] = n
-        self.macs: dict[int, str] = {}
-        self.ips: dict[tuple[int, bool], str] = {}
-
-    def mac(self, value: int) -> str:
-        m = self.macs.get(value)
-        if m is None:
-            m = self.macs[value] = format_mac_int(value)
-        return m
-
-    def ip(self, value: int, v6: bool) -> str:
-        k = (value, v6)
-        t = self.ips.get(k)
-        if t is None:
-            t = self.ips[k] = format_ip_int(value, v6)
-        return t
-
-
-def _opcode_name(op: int) -> str:
-    info = OPCODE_TABLE[op]
-    return info.opcode.name if info is not None else f"0x{op:02x}"
-
-
-_SLOT_NAMES: tuple[str, ...] = tuple(_opcode_name(op) for op in SLOT_OPCODE)
-_NAK_NAMES: tuple[str, ...] = tuple(
-    NakCode(code).name if code in NakCode._value2member_map_ else f"CODE_{code}"
-    for code in range(32))
-
-
-def _ecn_doc(fr: FlowResults, v: dict[str, list[int]], d: int) -> dict[str, Any]:
-    k = v["pair"][d]
-    return {
-        "ect_packets": v["ect"][d], "ce_packets": v["ce"][d],
-        "cnps": v["cnps"][k] if k >= 0 else 0,
-        "cnp_reaction_s": summary_s(fr.sketch(d, "cnp")),
-        "cnp_rate_violations": v["cnp_violations"][k] if k >= 0 else 0,
-        "fecn_packets": v["fecn"][d], "becn_packets": v["becn"][d],
-    }
-
-
 def _ip(value: int, v6: bool) -> str:
     return format_ip_int(value, v6)
-
-
-def _read_responses(v: dict[str, list[int]], rid: int) -> dict[str, int] | None:
-    if rid < 0 or not v["rr_packets"][rid]:
-        return None
-    dups, ooo = v["rr_dups"][rid], v["rr_ooo"][rid]
-    return {"packets": v["rr_packets"][rid], "psn_gaps": v["rr_gaps"][rid],
-            "psn_gap_packets": v["rr_gap_packets"][rid], "duplicate_packets": dups,
-            "out_of_order_packets": ooo, "retransmitted_packets": dups + ooo}
-
-
-class _Throughput:
-    """Every flow's sparse throughput series, converted to lists in one pass."""
-
-    def __init__(self, fr: FlowResults, interval_ns: int) -> None:
-        t = fr.series
-        self.interval_s = interval_ns / 1e9
-        self.start_s: list[float] = (t.bins * interval_ns / 1e9).tolist()
-        self.bps: list[float] = (t.vals * 8 / self.interval_s).tolist()
-        self.rows = t.rows
-
-    def doc(self, fid: int) -> dict[str, Any]:
-        """Data throughput per interval, sparse: only the intervals that carried data."""
-        a, b = self.rows.get(fid, (0, 0))
-        return {"interval_s": self.interval_s, "start_s": self.start_s[a:b],
-                "bps": self.bps[a:b]}
-
-
-def _primary_flows(fr: FlowResults) -> npt.NDArray[np.intp]:
-    """The flows that head a document, most bytes first: every unpaired flow, and of
-    each pair the one that sent requests (when only one did), else the one with more
-    bytes (the earlier in capture order on a tie). The other of a pair is its reverse."""
-    c = fr.c
-    n = fr.n
-    order = np.argsort(-c["bytes"], kind="stable")
-    pos = np.empty(n, np.int64)
-    pos[order] = np.arange(n)
-    pair = c["pair"]
-    paired = pair >= 0
-    p = np.where(paired, pair, 0)
-    mine, theirs = c["requests"] > 0, c["requests"][p] > 0
-    primary = ~paired | (~(~mine & theirs) & ((mine & ~theirs) | (pos < pos[p])))
-    out: npt.NDArray[np.intp] = order[primary[order]]
-    return out
-
-
-def connection_name(c: Connection) -> str:
-    """``ACTIVE qp 0xQ <-> PASSIVE qp 0xQ`` (service 0x...)."""
-    passive = "?" if c.passive is None else \
-        f"{_ip(*c.passive)} qp 0x{c.passive_qpn or 0:x}"
-    return (f"{_ip(*c.active)} qp 0x{c.active_qpn:x} <-> {passive} "
-            f"(service 0x{c.service_id:016x})")
 
 
 def _connection_doc(capture: str, c: Connection, origin: int) -> dict[str, Any]:
@@ -588,147 +489,6 @@ def _connection_doc(capture: str, c: Connection, origin: int) -> dict[str, Any]:
         "setup_s": None if c.setup_ns is None else c.setup_ns / 1e9,
         "teardown_s": None if c.teardown_ns is None else c.teardown_ns / 1e9,
     }
-
-
-def _name_by_connection(docs: list[dict[str, Any]], conns: list[Connection]) -> None:
-    """Set each flow document's ``connection`` to the connection whose QP it is sent to."""
-    index: dict[tuple[str, int], Connection] = {}
-    for c in conns:
-        index[(_ip(*c.active), c.active_qpn)] = c
-        if c.passive is not None and c.passive_qpn is not None:
-            index[(_ip(*c.passive), c.passive_qpn)] = c
-    for d in docs:
-        owner = index.get((d["dst_ip"], d["dest_qp"]))
-        if owner is None and d["reverse"] is not None:  # named by its reverse direction
-            owner = index.get((d["src_ip"], d["reverse"]["dest_qp"]))
-        if owner is not None:
-            d["connection"] = connection_name(owner)
-
-
-class FlowDocuments(Sequence[dict[str, Any]]):
-    """The ``flows`` of a document, made one at a time from the per-flow columns each
-    time they are iterated (``analyze(..., stream_flows=True)``): memory stays at the
-    columns (a few hundred bytes per flow) instead of a dict tree per flow. Iterating
-    twice gives equal documents; ``list()`` makes the plain list."""
-
-    def __init__(self) -> None:
-        self._parts: list[tuple[int, Callable[[bool], Iterator[dict[str, Any]]]]] = []
-        self._n = 0
-
-    def add(self, n: int, make: Callable[[bool], Iterator[dict[str, Any]]]) -> None:
-        """``make(only_problems)``: the documents of one capture (with True: at least
-        those of the flows whose counters show a loss, retransmission, NAK, bad ICRC,
-        CE mark or DCQCN violation, in either direction)."""
-        self._parts.append((n, make))
-        self._n += n
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        for _, make in self._parts:
-            yield from make(False)
-
-    def with_problems(self) -> Iterator[dict[str, Any]]:
-        """The documents of the flows that may have a problem (for the findings), in
-        document order: a subset of the flows, never missing one with a problem."""
-        for _, make in self._parts:
-            yield from make(True)
-
-    def __len__(self) -> int:
-        return self._n
-
-    @overload
-    def __getitem__(self, i: int) -> dict[str, Any]: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
-
-    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
-        return list(self)[i]
-
-
-#: Counters any of which, in either direction, may make a flow a finding.
-_PROBLEM_COUNTERS = ("gap_packets", "dups", "ooo", "rr_gap_packets", "rr_dups", "rr_ooo",
-                     "rnr", "naks", "icrc_bad", "cnp_violations", "ce")
-
-
-def _problem_flows(fr: FlowResults) -> npt.NDArray[np.bool_]:
-    c = fr.c
-    mine = np.zeros(fr.n, np.bool_)
-    for name in _PROBLEM_COUNTERS:
-        mine |= c[name] != 0
-    pair = c["pair"]
-    either: npt.NDArray[np.bool_] = mine | np.where(pair >= 0, mine[np.maximum(pair, 0)],
-                                                     False)
-    return either
-
-
-def _flow_docs(capture: str, fr: FlowResults, cols: _FlowColumns, opts: AnalysisOptions,
-               origin: int, conns: list[Connection], only_problems: bool = False
-               ) -> Iterator[dict[str, Any]]:
-    """The flow documents of one capture, most bytes first, one at a time (with
-    ``only_problems``, those of ``_problem_flows``)."""
-    if fr.n == 0:
-        return
-    v = cols.v
-    tput = _Throughput(fr, opts.interval_ns)
-    order = _primary_flows(fr)
-    if only_problems:
-        order = order[_problem_flows(fr)[order]]
-    for fid in order.tolist():
-        rid = v["pair"][fid]
-        key = fr.keys[fid]
-        req = v["requests"][fid]
-        retx = v["dups"][fid] + v["ooo"][fid]
-        # Goodput (one definition, README and schema): the data the QP moved either
-        # way, over the time from the first to the last packet of either direction.
-        goodput = v["data_payload"][fid] + (v["data_payload"][rid] if rid >= 0 else 0)
-        first, last = v["first_ts"][fid], v["last_ts"][fid]
-        if rid >= 0:
-            first, last = min(first, v["first_ts"][rid]), max(last, v["last_ts"][rid])
-        dur = max(1, last - first)
-        rnr_codes = v["rnr_codes"][rid] if rid >= 0 else 0
-        doc: dict[str, Any] = {
-            "capture": capture, "src_ip": cols.ip(key.src_ip, key.ipv6),
-            "dst_ip": cols.ip(key.dst_ip, key.ipv6), "dest_qp": key.dest_qp,
-            "priority": v["pcp"][fid],
-            "src_mac": cols.mac(v["src_mac"][fid]),
-            "dst_mac": cols.mac(v["dst_mac"][fid]),
-            "first_ts_s": (v["first_ts"][fid] - origin) / 1e9,
-            "last_ts_s": (v["last_ts"][fid] - origin) / 1e9,
-            "packets": v["packets"][fid], "bytes": v["bytes"][fid],
-            "payload_bytes": v["payload"][fid], "goodput_bytes": goodput,
-            "data_bytes": v["data_payload"][fid],
-            "goodput_bps": goodput * 8 / (dur / 1e9),
-            "opcodes": cols.opcodes[fid], "messages": v["messages"][fid],
-            "request_packets": req,
-            "psn_gaps": v["gaps"][fid], "psn_gap_packets": v["gap_packets"][fid],
-            "duplicate_packets": v["dups"][fid], "out_of_order_packets": v["ooo"][fid],
-            "retransmitted_packets": retx, "retransmission_ratio": retx / req if req else 0.0,
-            "read_responses": _read_responses(v, rid),
-            "naks": dict(cols.naks.get(rid, {})) if rid >= 0 else {},
-            "rnr_naks": v["rnr"][rid] if rid >= 0 else 0,
-            "rnr_timer_s": [rnr_timer_s(x) for x in range(32) if rnr_codes >> x & 1]
-            if rnr_codes else [],
-            "ack_latency_s": summary_s(fr.sketch(fid, "ack")),
-            "read_latency_s": summary_s(fr.sketch(fid, "read")),
-            "icrc_failures": v["icrc_bad"][fid],
-            "icrc_checked_packets": v["icrc_checked"][fid],
-            "ecn": _ecn_doc(fr, v, fid),
-            "throughput": tput.doc(fid),
-            "connection": None,
-            "reverse": None,
-        }
-        if rid >= 0:
-            doc["reverse"] = {
-                "dest_qp": fr.keys[rid].dest_qp, "packets": v["packets"][rid],
-                "bytes": v["bytes"][rid], "payload_bytes": v["payload"][rid],
-                "data_bytes": v["data_payload"][rid],
-                "opcodes": cols.opcodes[rid], "ecn": _ecn_doc(fr, v, rid),
-                "icrc_failures": v["icrc_bad"][rid],
-                "request_packets": v["requests"][rid],
-                "throughput": tput.doc(rid),
-            }
-        if conns:
-            _name_by_connection([doc], conns)
-        yield doc
 
 
 def _ecn_series_doc(fr: FlowResults, last_ns: int | None, origin: int,
@@ -764,22 +524,33 @@ def _document(captures: list[dict[str, Any]], queues: list[tuple[QueueState, dic
     series_doc: dict[str, Any] = {}
     for capture, fr, last_ns in flow_results:
         series = fr.series
-        cols = _FlowColumns(fr, origin)
-        flows.add(len(_primary_flows(fr)) if fr.n else 0,
-                  partial(_flow_docs, capture, fr, cols, opts, origin, conns.get(capture, [])))
+        cap_conns = conns.get(capture, [])
+        flows.add(len(primary_flows(fr)) if fr.n else 0,
+                  partial(flow_docs, capture, fr, opts, origin, cap_conns),
+                  partial(flow_texts, capture, fr, opts, origin, cap_conns))
         by_dst: dict[str, list[int]] = {}
         by_egress: dict[str, list[int]] = {}
         senders_to: dict[str, list[tuple[int, Hashable]]] = {}
-        v = cols.v
-        for fid, key, dmac, pcp, data in zip(range(fr.n), fr.keys, v["dst_mac"], v["pcp"],
-                                             v["data_payload"], strict=True):
-            seen.append(FlowSeen(capture, key.src_ip, key.dst_ip, key.dest_qp, dmac, pcp,
-                                 data, key.ipv6))
+        ips: dict[tuple[int, bool], str] = {}
+        macs: dict[int, str] = {}
+        c = fr.c
+        spread = len(events) >= 2  # a chain has two senders at least
+        for fid, key, dmac, pcp, data in zip(range(fr.n), fr.keys, c["dst_mac"].tolist(),
+                                             c["pcp"].tolist(), c["data_payload"].tolist(),
+                                             strict=True):
+            if spread:
+                seen.append(FlowSeen(capture, key.src_ip, key.dst_ip, key.dest_qp, dmac, pcp,
+                                     data, key.ipv6))
             if data == 0:
                 continue
-            dst = cols.ip(key.dst_ip, key.ipv6)
+            dst = ips.get((key.dst_ip, key.ipv6))
+            if dst is None:
+                dst = ips[(key.dst_ip, key.ipv6)] = _ip(key.dst_ip, key.ipv6)
+            egress = macs.get(dmac)
+            if egress is None:
+                egress = macs[dmac] = format_mac_int(dmac)
             by_dst.setdefault(dst, []).append(fid)
-            by_egress.setdefault(cols.mac(dmac), []).append(fid)
+            by_egress.setdefault(egress, []).append(fid)
             senders_to.setdefault(dst, []).append((fid, (key.src_ip, key.ipv6)))
         for kind, groups in (("destination", by_dst), ("egress", by_egress)):
             for fa in fairness_bulk(groups, series.fids, series.bins, series.vals, kind,
@@ -788,7 +559,8 @@ def _document(captures: list[dict[str, Any]], queues: list[tuple[QueueState, dic
                     "capture": capture, "group": fa.group, "key": fa.key, "flows": fa.flows,
                     "windows": fa.windows, "jain_min": fa.jain_min, "jain_mean": fa.jain_mean,
                     "worst_window_start_s": (fa.worst_window_start_ns - origin) / 1e9})
-        for inc in incasts(senders_to, series, opts.incast_senders, origin, opts.interval_ns):
+        for inc in incasts(senders_to, series.fids, series.bins, opts.incast_senders,
+                           origin, opts.interval_ns):
             incast_docs.append({
                 "capture": capture, "destination": inc.destination,
                 "start_s": (inc.start_ns - origin) / 1e9, "end_s": (inc.end_ns - origin) / 1e9,

@@ -117,27 +117,57 @@ def fairness_bulk(groups: Mapping[str, list[int]], fids: I64, bins: I64, vals: I
     return [r for _, r in sorted(out, key=lambda gr: gr[0])]
 
 
-def incasts(by_dst: Mapping[str, list[tuple[int, Hashable]]],
-            series: Mapping[int, tuple[I64, I64]], threshold: int, origin_ns: int,
-            interval_ns: int) -> list[Incast]:
-    """``by_dst``: destination IP → [(flow id, source IP)]."""
-    out = []
-    for dst, members in by_dst.items():
-        senders: dict[int, set[Hashable]] = {}
+def incasts(by_dst: Mapping[str, list[tuple[int, Hashable]]], fids: I64, bins: I64,
+            threshold: int, origin_ns: int, interval_ns: int) -> list[Incast]:
+    """``by_dst``: destination IP -> [(flow id, source IP)]; ``fids``/``bins``: the
+    intervals in which each flow carried data (ascending flow ids). An incast is a run
+    of consecutive intervals in each of which at least ``threshold`` distinct sources
+    send to the destination; the runs in destination then time order. Counted for
+    every (destination, interval) at once: the (destination, interval, source) triples
+    of the members' intervals, sorted, without repeats."""
+    m_fid: list[int] = []
+    m_dst: list[int] = []
+    m_src: list[int] = []
+    src_ids: dict[Hashable, int] = {}
+    for d, members in enumerate(by_dst.values()):
         for fid, src in members:
-            if fid not in series:
-                continue
-            for b in series[fid][0].tolist():
-                senders.setdefault(b, set()).add(src)
-        hot = sorted(b for b, s in senders.items() if len(s) >= threshold)
-        run: list[int] = []
-        for b in [*hot, None]:
-            if b is not None and run and b == run[-1] + 1:
-                run.append(b)
-                continue
-            if run:
-                out.append(Incast(dst, origin_ns + run[0] * interval_ns,
-                                  origin_ns + (run[-1] + 1) * interval_ns,
-                                  max(len(senders[x]) for x in run)))
-            run = [b] if b is not None else []
-    return out
+            m_fid.append(fid)
+            m_dst.append(d)
+            m_src.append(src_ids.setdefault(src, len(src_ids)))
+    if not m_fid or fids.size == 0:
+        return []
+    want = np.array(m_fid, np.int64)
+    first = np.searchsorted(fids, want, side="left")
+    lens = np.searchsorted(fids, want, side="right") - first
+    offs = np.cumsum(lens) - lens
+    rows = np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(offs - first, lens)
+    e_dst = np.repeat(np.array(m_dst, np.int64), lens)
+    e_src = np.repeat(np.array(m_src, np.int64), lens)
+    e_bin = bins[rows]
+    if e_bin.size == 0:
+        return []
+    order = np.lexsort((e_src, e_bin, e_dst))
+    e_dst, e_bin, e_src = e_dst[order], e_bin[order], e_src[order]
+    distinct = np.ones(e_dst.size, np.bool_)
+    distinct[1:] = (e_dst[1:] != e_dst[:-1]) | (e_bin[1:] != e_bin[:-1]) | \
+        (e_src[1:] != e_src[:-1])
+    e_dst, e_bin = e_dst[distinct], e_bin[distinct]
+    window = np.ones(e_dst.size, np.bool_)
+    window[1:] = (e_dst[1:] != e_dst[:-1]) | (e_bin[1:] != e_bin[:-1])
+    at = np.nonzero(window)[0]
+    w_dst, w_bin = e_dst[at], e_bin[at]
+    senders = np.diff(np.append(at, e_dst.size))
+    hot = senders >= threshold
+    w_dst, w_bin, senders = w_dst[hot], w_bin[hot], senders[hot]
+    if w_dst.size == 0:
+        return []
+    starts = np.ones(w_dst.size, np.bool_)
+    starts[1:] = (w_dst[1:] != w_dst[:-1]) | (w_bin[1:] != w_bin[:-1] + 1)
+    run_at = np.nonzero(starts)[0]
+    run_end = np.append(run_at[1:], w_dst.size) - 1
+    peak = np.maximum.reduceat(senders, run_at)
+    names = list(by_dst)
+    return [Incast(names[d], origin_ns + b0 * interval_ns, origin_ns + (b1 + 1) * interval_ns,
+                   p)
+            for d, b0, b1, p in zip(w_dst[run_at].tolist(), w_bin[run_at].tolist(),
+                                    w_bin[run_end].tolist(), peak.tolist(), strict=True)]

@@ -56,10 +56,10 @@ within ``RELATIVE_ERROR``).
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntFlag
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -176,11 +176,13 @@ def summary_s(sketch: LatencySketch | None) -> dict[str, float | int] | None:
 class FlowResults:
     """Everything the flow analyses found in one capture (flow ids index the arrays)."""
 
-    keys: list[FlowKey]
+    keys: Sequence[FlowKey]  # a list, or the native table's words (``FlowKeys``)
     counters: I64  # (flows, len(COUNTERS))
-    opcodes: I64  # (flows, OPCODE_SLOTS), see SLOT_OPCODE
-    naks: I64  # (flows, 32) by NAK code
-    sketches: dict[tuple[int, str], LatencySketch]  # (flow, kind), kinds with samples
+    #: Non-zero packet counts per opcode slot (see SLOT_OPCODE), as (flow, slot,
+    #: count) rows ordered by flow and slot: sparse, as a flow uses few opcodes.
+    opcodes: I64
+    naks: I64  # likewise (flow, NAK code, count): NAKs by code
+    sketches: SketchTable  # (flow, kind) -> sketch, for the kinds with samples
     series: SeriesTable  # flow -> (intervals, data bytes), intervals ascending
     ce_series: I64  # CE marks per interval
     cnp_series: I64  # CNPs per interval
@@ -199,8 +201,12 @@ class FlowResults:
         return None if p < 0 else p
 
     def opcode_counts(self, fid: int) -> dict[int, int]:
-        row = self.opcodes[fid]
-        return {SLOT_OPCODE[s]: int(row[s]) for s in np.nonzero(row)[0].tolist()}
+        """Packets per opcode (by opcode byte) of flow ``fid``."""
+        return {SLOT_OPCODE[s]: n for s, n in _sparse_row(self.opcodes, fid).items()}
+
+    def nak_counts(self, fid: int) -> dict[int, int]:
+        """NAKs per NAK code of flow ``fid``."""
+        return _sparse_row(self.naks, fid)
 
     def sketch(self, fid: int, kind: str) -> LatencySketch | None:
         return self.sketches.get((fid, kind))
@@ -208,7 +214,7 @@ class FlowResults:
     def differences(self, other: FlowResults) -> list[str]:
         """What differs from ``other`` (empty when identical)."""
         out = []
-        if self.keys != other.keys:
+        if list(self.keys) != list(other.keys):
             out.append("keys")
         for name in ("counters", "opcodes", "naks", "ce_series", "cnp_series"):
             if not np.array_equal(getattr(self, name), getattr(other, name)):
@@ -232,32 +238,158 @@ class FlowResults:
         return out
 
 
+class SketchTable(Mapping[tuple[int, str], LatencySketch]):
+    """The latency sketches of every flow as columns (no object per sketch until one
+    is asked for): ``rows`` (flow * 3 + kind index in SAMPLE_KINDS, ascending, one per
+    sketch with samples), ``heads`` (lowest bucket, bucket count, samples, min, max
+    per row) and the rows' ``bins`` one after the other from ``starts``."""
+
+    def __init__(self, rows: I64, heads: I64, bins: I64) -> None:
+        self.rows, self.heads, self.bins = rows, heads, bins
+        self._cum: I64 | None = None
+        self.starts = np.concatenate(([0], np.cumsum(heads[:, 1])[:-1])).astype(np.int64) \
+            if len(rows) else np.zeros(0, np.int64)
+
+    @classmethod
+    def of(cls, sketches: Mapping[tuple[int, str], LatencySketch]) -> SketchTable:
+        """The table of ``sketches`` (those without samples left out)."""
+        items = sorted((fid * len(SAMPLE_KINDS) + SAMPLE_KINDS.index(kind), s)
+                       for (fid, kind), s in sketches.items() if s.count)
+        rows = np.array([r for r, _ in items], np.int64)
+        heads = np.array([(s.lo_index, len(s.bins), s.count, s.min_ns, s.max_ns)
+                          for _, s in items], np.int64).reshape(-1, 5)
+        bins = np.concatenate([s.bins for _, s in items]).astype(np.int64) if items \
+            else np.zeros(0, np.int64)
+        return cls(rows, heads, bins)
+
+    def cumulative(self) -> I64:
+        """The running sum of ``bins`` (made once)."""
+        if self._cum is None:
+            self._cum = np.cumsum(self.bins)
+        return self._cum
+
+    def _index(self, key: object) -> int:
+        if not (isinstance(key, tuple) and len(key) == 2 and key[1] in SAMPLE_KINDS):
+            return -1
+        row = key[0] * len(SAMPLE_KINDS) + SAMPLE_KINDS.index(key[1])
+        i = int(np.searchsorted(self.rows, row))
+        return i if i < len(self.rows) and self.rows[i] == row else -1
+
+    def __getitem__(self, key: tuple[int, str]) -> LatencySketch:
+        i = self._index(key)
+        if i < 0:
+            raise KeyError(key)
+        lo, length, count, mn, mx = self.heads[i].tolist()
+        start = int(self.starts[i])
+        return LatencySketch(lo, self.bins[start:start + length], count, mn, mx)
+
+    def __contains__(self, key: object) -> bool:
+        return self._index(key) >= 0
+
+    def __iter__(self) -> Iterator[tuple[int, str]]:
+        k = len(SAMPLE_KINDS)
+        return ((r // k, SAMPLE_KINDS[r % k]) for r in self.rows.tolist())
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def _sparse_row(triples: I64, fid: int) -> dict[int, int]:
+    a, b = np.searchsorted(triples[:, 0], [fid, fid + 1]).tolist()
+    return dict(zip(triples[a:b, 1].tolist(), triples[a:b, 2].tolist(), strict=True))
+
+
+def sparse_counts(dense: I64) -> I64:
+    """(rows, slots) counts -> (row, slot, count) triples of the non-zero ones, in
+    row then slot order."""
+    rows, slots = np.nonzero(dense)
+    return np.stack((rows, slots, dense[rows, slots])).T.astype(np.int64).reshape(-1, 3)
+
+
+class FlowKeys(Sequence[FlowKey]):
+    """The native table's flow keys as its five words per flow (40 bytes a flow, see
+    ``native/netio_native.h``); a ``FlowKey`` is made when one is asked for."""
+
+    def __init__(self, words: npt.NDArray[np.uint64]) -> None:
+        self.words = words
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    @overload
+    def __getitem__(self, i: int) -> FlowKey: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[FlowKey]: ...
+
+    def __getitem__(self, i: int | slice) -> FlowKey | list[FlowKey]:
+        if isinstance(i, slice):
+            return [key_of_words(*w) for w in self.words[i].tolist()]
+        return key_of_words(*self.words[i].tolist())
+
+    def take(self, ids: I64) -> list[FlowKey]:
+        """The keys of flows ``ids``."""
+        return [key_of_words(*w) for w in self.words[ids].tolist()]
+
+    def columns(self, ids: I64) -> tuple[list[int], list[int], list[int], list[bool]]:
+        """Source and destination addresses, dest QP and IPv6 flag of flows ``ids``
+        (as their ``FlowKey`` fields), converted column by column."""
+        w = self.words[ids]
+        v6 = ((w[:, 0] >> np.uint64(32)) & np.uint64(1)).astype(np.bool_)
+        qp: list[int] = (w[:, 0] & np.uint64(0xFFFFFFFF)).tolist()
+        src: list[int] = w[:, 1].tolist()
+        dst: list[int] = w[:, 3].tolist()
+        if v6.any():
+            src_lo, dst_lo = w[:, 2].tolist(), w[:, 4].tolist()
+            for i in np.nonzero(v6)[0].tolist():
+                src[i] = src[i] << 64 | src_lo[i]
+                dst[i] = dst[i] << 64 | dst_lo[i]
+        return src, dst, qp, v6.tolist()
+
+    def __iter__(self) -> Iterator[FlowKey]:
+        for lo in range(0, len(self.words), 4096):  # a few lists at a time, not n
+            yield from self[lo:lo + 4096]
+
+    def dest_qps(self) -> I64:
+        """Every flow's BTH dest QP."""
+        qps: I64 = (self.words[:, 0] & np.uint64(0xFFFFFFFF)).astype(np.int64)
+        return qps
+
+
 class SeriesTable(Mapping[int, tuple[I64, I64]]):
     """Data bytes per (flow, interval), held as three sorted columns (flow, interval,
-    bytes) with each flow's row range: ``table[flow]`` is (intervals, bytes), both
-    ascending in interval, as views; no per-flow objects are made up front."""
+    bytes) with each flow's row range (``span``): ``table[flow]`` is (intervals,
+    bytes), both ascending in interval, as views; no per-flow objects are made."""
 
     def __init__(self, fids: I64, bins: I64, vals: I64) -> None:
         self.fids, self.bins, self.vals = fids, bins, vals
         cuts = np.nonzero(np.diff(fids))[0] + 1
         starts = np.concatenate(([0], cuts)) if fids.size else np.zeros(0, np.int64)
-        ends = np.concatenate((cuts, [fids.size])) if fids.size else np.zeros(0, np.int64)
-        self.rows: dict[int, tuple[int, int]] = dict(zip(
-            fids[starts].tolist(), zip(starts.tolist(), ends.tolist(), strict=True),
-            strict=True))
+        #: The flows that have entries, ascending, and where each one's entries start.
+        self.flows: I64 = fids[starts]
+        self.starts: I64 = starts.astype(np.int64)
+
+    def span(self, fid: int) -> tuple[int, int]:
+        """The row range of ``fid``'s entries ((0, 0) without any)."""
+        i = int(np.searchsorted(self.flows, fid))
+        if i == len(self.flows) or self.flows[i] != fid:
+            return 0, 0
+        end = int(self.starts[i + 1]) if i + 1 < len(self.starts) else len(self.fids)
+        return int(self.starts[i]), end
 
     def __getitem__(self, fid: int) -> tuple[I64, I64]:
-        a, b = self.rows[fid]
+        a, b = self.span(fid)
+        if a == b:
+            raise KeyError(fid)
         return self.bins[a:b], self.vals[a:b]
 
     def __contains__(self, fid: object) -> bool:
-        return fid in self.rows
+        return isinstance(fid, int) and self.span(fid) != (0, 0)
 
     def __iter__(self) -> Iterator[int]:
-        return iter(self.rows)
+        return iter(self.flows.tolist())
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self.flows)
 
 
 def _series_from(triples: I64) -> SeriesTable:
@@ -567,8 +699,9 @@ class FlowReference:
     def results(self) -> FlowResults:
         n = len(self.flows)
         counters = np.array([f.c for f in self.flows], np.int64).reshape(n, len(COUNTERS))
-        opcodes = np.array([f.opc for f in self.flows], np.int64).reshape(n, OPCODE_SLOTS)
-        naks = np.array([f.naks for f in self.flows], np.int64).reshape(n, 32)
+        opcodes = sparse_counts(
+            np.array([f.opc for f in self.flows], np.int64).reshape(n, OPCODE_SLOTS))
+        naks = sparse_counts(np.array([f.naks for f in self.flows], np.int64).reshape(n, 32))
         sketches: dict[tuple[int, str], LatencySketch] = {}
         for fid, f in enumerate(self.flows):
             for kind, s in zip(SAMPLE_KINDS, f.lat, strict=True):
@@ -578,7 +711,7 @@ class FlowReference:
                            np.int64).reshape(-1, 3)
         ce, ce_beyond = _dense(np.array(list(self.ce.items()), np.int64).reshape(-1, 2))
         cnp, cnp_beyond = _dense(np.array(list(self.cnp.items()), np.int64).reshape(-1, 2))
-        return FlowResults(list(self.keys), counters, opcodes, naks, sketches,
+        return FlowResults(list(self.keys), counters, opcodes, naks, SketchTable.of(sketches),
                            _series_from(triples), ce, cnp, ce_beyond + cnp_beyond)
 
 
@@ -624,25 +757,17 @@ def analyzer_config(origin_ns: int, interval_ns: int, cnp_min_gap_ns: int, *,
     return cfg
 
 
-def _native_sketches(a: Any, n: int) -> dict[tuple[int, str], LatencySketch]:
-    """Every flow's sketches in two C calls (headers, then all buckets)."""
+def _native_sketches(a: Any) -> SketchTable:
+    """Every flow's sketches that have samples, in three C calls (how many, their
+    headers, then all their buckets)."""
     ffi, lib = native.ffi, native.lib
-    heads = np.zeros((n, len(SAMPLE_KINDS), 5), np.int64)
-    out: dict[tuple[int, str], LatencySketch] = {}
-    if n == 0:
-        return out
-    total = lib.netio_analyzer_sketches(a, ffi.from_buffer("int64_t[]", heads))
+    heads = np.zeros((lib.netio_analyzer_sketch_count(a), 6), np.int64)
+    total = lib.netio_analyzer_sketches(a, ffi.from_buffer("int64_t[]", heads)) \
+        if len(heads) else 0
     bins = np.zeros(total, np.int64)
     if total:
         lib.netio_analyzer_sketch_bins(a, ffi.from_buffer("int64_t[]", bins))
-    flat = heads.reshape(-1, 5)
-    ends = np.cumsum(flat[:, 1])
-    for row in np.nonzero(flat[:, 2])[0].tolist():
-        lo, length, count, mn, mx = flat[row].tolist()
-        end = int(ends[row])
-        out[(row // len(SAMPLE_KINDS), SAMPLE_KINDS[row % len(SAMPLE_KINDS)])] = \
-            LatencySketch(lo, bins[end - length:end], count, mn, mx)
-    return out
+    return SketchTable(heads[:, 0].copy(), heads[:, 1:].copy(), bins)
 
 
 class NativeFlows:
@@ -677,32 +802,59 @@ class NativeFlows:
         native.lib.netio_analyzer_summary(self._a, native.ffi.from_buffer("int64_t[]", out))
         return out
 
-    def results(self) -> FlowResults:
+    def _sparse(self, which: int) -> I64:
+        lib = native.lib
+        out = np.zeros((lib.netio_analyzer_sparse_len(self._a, which), 3), np.int64)
+        if out.size:
+            lib.netio_analyzer_sparse(self._a, which, native.ffi.from_buffer("int64_t[]", out))
+        return out
+
+    def results(self, release: bool = False) -> FlowResults:
+        """Everything found; with ``release``, the C state is freed as soon as it is
+        copied out (before the columns are sorted and indexed), so that it and the
+        Python results do not both peak at once. The analyzer is then spent."""
         ffi, lib = native.ffi, native.lib
         a = self._a
         n = lib.netio_analyzer_flows(a)
+        null = ffi.NULL
         words = np.zeros((n, 5), np.uint64)
-        counters = np.zeros((n, len(COUNTERS)), np.int64)
-        opcodes = np.zeros((n, OPCODE_SLOTS), np.int64)  # C writes uint64 counts < 2^63
-        naks = np.zeros((n, 32), np.int64)
         if n:
-            lib.netio_analyzer_export(a, ffi.from_buffer("uint64_t[]", words),
-                                      ffi.from_buffer("int64_t[]", counters),
-                                      ffi.from_buffer("uint64_t[]", opcodes),
-                                      ffi.from_buffer("int64_t[]", naks))
-        keys = [key_of_words(*w) for w in words.tolist()]
-        sketches = _native_sketches(a, n)
-        series = []
-        for which in range(3):
+            lib.netio_analyzer_export(a, ffi.from_buffer("uint64_t[]", words), null)
+        opcodes, naks = (self._sparse(which) for which in (0, 1))
+        keys = FlowKeys(words)
+        sketches = _native_sketches(a)
+        data = self._data_series()
+        series: list[I64] = [np.zeros((0, 3), np.int64)]  # (which 0 is ``data``)
+        for which in (1, 2):
             m = lib.netio_analyzer_series_len(a, which)
             t = np.zeros((m, 3), np.int64)
             if m:
                 lib.netio_analyzer_series(a, which, ffi.from_buffer("int64_t[]", t))
             series.append(t)
+        if release:
+            lib.netio_analyzer_shed(a)
+        counters = np.zeros((n, len(COUNTERS)), np.int64)
+        if n:
+            lib.netio_analyzer_export(a, null, ffi.from_buffer("int64_t[]", counters))
+        if release:
+            ffi.release(self._a)
         ce, ce_beyond = _dense(series[1][:, 1:])
         cnp, cnp_beyond = _dense(series[2][:, 1:])
-        return FlowResults(keys, counters, opcodes, naks, sketches,
-                           _series_from(series[0]), ce, cnp, ce_beyond + cnp_beyond)
+        return FlowResults(keys, counters, opcodes, naks, sketches, data, ce, cnp,
+                           ce_beyond + cnp_beyond)
+
+    def _data_series(self) -> SeriesTable:
+        """The data series, sorted by flow and interval and summed in C (a counting
+        sort by flow: no sort of millions of entries here)."""
+        ffi, lib = native.ffi, native.lib
+        m = lib.netio_analyzer_series_len(self._a, 0)
+        cols = [np.zeros(m, np.int64) for _ in range(3)]
+        got = lib.netio_analyzer_flow_series(self._a, *(ffi.from_buffer("int64_t[]", c)
+                                                         for c in cols)) if m else 0
+        if got > m:
+            raise MemoryError("flow analysis ran out of memory")
+        fids, bins, vals = (c[:got] for c in cols)
+        return SeriesTable(fids, bins, vals)
 
 
 __all__ = ["COUNTERS", "MAX_MISSING", "MAX_PENDING", "FlowReference",

@@ -30,9 +30,11 @@ def write_json(doc: dict[str, Any], out: TextIO) -> None:
     for i, (key, value) in enumerate(doc.items()):
         out.write(("\n " if i == 0 else ",\n ") + enc(key) + ": ")
         if isinstance(value, Sequence) and not isinstance(value, str):
+            # Streamed flow documents come as text already (``FlowDocuments.json_lines``).
+            lines = value.json_lines() if hasattr(value, "json_lines") else map(enc, value)
             out.write("[")
-            for j, item in enumerate(value):
-                out.write(("\n  " if j == 0 else ",\n  ") + enc(item))
+            for j, text in enumerate(lines):
+                out.write(("\n  " if j == 0 else ",\n  ") + text)
             out.write("\n ]" if len(value) else "]")
         else:
             out.write(enc(value))
@@ -207,7 +209,9 @@ def to_text(doc: dict[str, Any], *, top: int = DEFAULT_TOP_FLOWS) -> str:
     if flows:
         shown: list[dict[str, Any]] = []
         per_capture: dict[str, int] = {}
-        for f in flows:  # most bytes first within each capture
+        # Streamed documents: only the shown ones are made (100,000 flows, --top 20).
+        heads = flows.first_of_each(top) if hasattr(flows, "first_of_each") else flows
+        for f in heads:  # most bytes first within each capture
             k = per_capture[f["capture"]] = per_capture.get(f["capture"], 0) + 1
             if k <= top:
                 shown.append(f)

@@ -53,7 +53,9 @@ Top level
         p99, max}, or null; min, max and count exact, the percentiles from a
         netio.analyze.sketch.LatencySketch: the order statistic of rank
         floor(q*(count-1)) within RELATIVE_ERROR = 1/33 while it lies within 2^32 of
-        max; at most MAX_SKETCH_BYTES = 4136 bytes per flow and latency kind),
+        max; at most MAX_SKETCH_BYTES = 4136 bytes per flow and latency kind; a
+        QP costs 1.9 KB of peak memory in all, measured, plus about 60 bytes per
+        throughput window with data: netio-analyze --help),
         icrc_failures,
         icrc_checked_packets,
         ecn {ect_packets, ce_packets, cnps (CNPs throttling this direction),

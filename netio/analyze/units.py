@@ -55,7 +55,10 @@ def mac_to_int(text: str | bytes | int) -> int:
 
 
 def format_mac_int(mac: int) -> str:
-    return ":".join(f"{(mac >> s) & 0xFF:02x}" for s in range(40, -8, -8))
+    """``aa:bb:cc:dd:ee:ff`` of the low 48 bits (one format, then slices: this runs for
+    every pause event and flow of a capture)."""
+    h = f"{mac & 0xFFFF_FFFF_FFFF:012x}"
+    return f"{h[0:2]}:{h[2:4]}:{h[4:6]}:{h[6:8]}:{h[8:10]}:{h[10:12]}"
 
 
 def format_ipv4_int(ip: int) -> str:
