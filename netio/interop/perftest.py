@@ -51,15 +51,16 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from netio.api.context import Context, Listener
+from netio.api.context import open as netio_open
 from netio.api.endpoint import Endpoint, WorkRequest
 from netio.api.handles import Pending
 from netio.api.region import LocalSlice, RemoteRegion
 from netio.api.types import Access, Completion, QpType, WcStatus
 from netio.backends.base import QpAddress, Transport
 from netio.backends.soft import RxMode
-from netio.errors import ExchangeError, OperationError
+from netio.errors import ExchangeError, NetioError, OperationError
 from netio.interop import backend as tool_backend
-from netio.interop import oob
+from netio.interop import cm_peer, oob
 from netio.roce import LinkFaults
 from netio.roce.verbs import MAX_MESSAGE_BYTES
 
@@ -658,7 +659,7 @@ async def run_perftest(config: PerftestConfig, *, listener: PerftestListener | N
             await listener.listen(None, config.port)
         try:
             tool_port = listener.port
-            channel = await listener.accept(config.timeout_s)
+            channel = await _accept(config, listener, tool_port)
         finally:
             await listener.close()
         channel.timeout_s = config.timeout_s
@@ -666,14 +667,71 @@ async def run_perftest(config: PerftestConfig, *, listener: PerftestListener | N
     else:
         local_ip = config.local_ip or oob.route_source_ip(config.server, config.port,
                                                           "perftest route")
-        waiting = None if on_event is None else (lambda text: on_event("waiting", text))
-        channel = await PerftestChannel.connect(config.server, config.port,
-                                                timeout_s=config.timeout_s, on_waiting=waiting)
+        channel = await _connect(config, config.server, local_ip, on_event)
     try:
         return await _PerftestRun(config, channel, local_ip, tool_port, on_event).run()
     except BaseException:
         channel.abort()
         raise
+
+
+def _verbs_probe_context(config: PerftestConfig, local_ip: ipaddress.IPv4Address | None
+                         ) -> Context:
+    """A verbs context for asking rdma_cm whether the peer runs perftest -R."""
+    return netio_open("verbs", device=config.device, port=config.ib_port,
+                      gid=config.gid_index, local_addr=str(local_ip) if local_ip else None,
+                      timeout_s=min(config.timeout_s, cm_peer.PROBE_S))
+
+
+async def _accept(config: PerftestConfig, listener: PerftestListener,
+                  port: int) -> PerftestChannel:
+    """The TCP client; with the verbs backend, an rdma_cm client on the same port (a
+    perftest -R) ends the wait with one line (:mod:`netio.interop.cm_peer`)."""
+    if config.backend != "verbs":  # no rdma_cm to ask
+        return await listener.accept(config.timeout_s)
+    try:
+        ctx = _verbs_probe_context(config, config.local_ip)
+    except (NetioError, OSError):
+        return await listener.accept(config.timeout_s)
+    try:
+        return await cm_peer.first_of(listener.accept(config.timeout_s),
+                                      cm_peer.rdma_cm_client_at(ctx, port),
+                                      lambda: cm_peer.cm_client_error(port))
+    finally:
+        await ctx.aclose()
+
+
+async def _connect(config: PerftestConfig, host: str, local_ip: ipaddress.IPv4Address,
+                   on_event: Callable[[str, object], None] | None) -> PerftestChannel:
+    """The TCP connection to the server; once it has been refused, with the verbs
+    backend, an rdma_cm listener accepting on the same port (a perftest -R) ends the
+    run with one line (:mod:`netio.interop.cm_peer`)."""
+    port = config.port
+    refused = asyncio.Event()
+
+    def waiting(text: str) -> None:
+        refused.set()
+        if on_event is not None:
+            on_event("waiting", text)
+
+    connect = PerftestChannel.connect(host, port, timeout_s=config.timeout_s,
+                                      on_waiting=waiting)
+    if config.backend != "verbs":  # no rdma_cm to ask
+        return await connect
+
+    async def probe() -> None:
+        await refused.wait()
+        ctx = _verbs_probe_context(config, local_ip)
+        try:
+            found = await cm_peer.rdma_cm_listener_at(ctx, host, port,
+                                                      min(config.timeout_s, cm_peer.PROBE_S))
+        finally:
+            await ctx.aclose()
+        if not found:
+            raise LookupError("no rdma_cm listener")  # stop watching; TCP alone decides
+
+    return await cm_peer.first_of(connect, probe(), lambda: cm_peer.cm_server_error(host,
+                                                                                     port))
 
 
 class _PeerKeys:
