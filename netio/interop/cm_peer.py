@@ -66,14 +66,18 @@ async def rdma_cm_listener_at(ctx: Context, host: str, port: int, timeout_s: flo
     return True
 
 
-async def rdma_cm_client_at(ctx: Context, port: int) -> None:
+async def rdma_cm_client_at(ctx: Context, port: int,
+                            on_listening: Callable[[str], None] | None = None) -> None:
     """Return when an rdma_cm client asks for ``port`` at the address of the context's
     RoCEv2 GID, whether netio's listener then accepts it (closed at once) or turns it
     away (perftest's REQ need not suit it): either way the peer speaks rdma_cm. Waits for
-    ever: the caller cancels it. Raises when rdma_cm cannot listen there."""
+    ever: the caller cancels it. Raises when rdma_cm cannot listen there.
+    ``on_listening(text)`` is called once the rdma_cm listener is up."""
     gid = ipaddress.IPv6Address(ctx.describe().gid)
     host = str(gid.ipv4_mapped or gid)
     listener = await ctx.listen(f"{host}:{port}", cm="rdma_cm")
+    if on_listening is not None:
+        on_listening(f"and through rdma_cm on {host}:{port}, to name a perftest -R client")
     accept = asyncio.ensure_future(listener.accept(timeout_s=None))
     try:
         while not accept.done() and listener.rejected == 0:

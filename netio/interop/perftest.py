@@ -659,7 +659,7 @@ async def run_perftest(config: PerftestConfig, *, listener: PerftestListener | N
             await listener.listen(None, config.port)
         try:
             tool_port = listener.port
-            channel = await _accept(config, listener, tool_port)
+            channel = await _accept(config, listener, tool_port, on_event)
         finally:
             await listener.close()
         channel.timeout_s = config.timeout_s
@@ -683,8 +683,8 @@ def _verbs_probe_context(config: PerftestConfig, local_ip: ipaddress.IPv4Address
                       timeout_s=min(config.timeout_s, cm_peer.PROBE_S))
 
 
-async def _accept(config: PerftestConfig, listener: PerftestListener,
-                  port: int) -> PerftestChannel:
+async def _accept(config: PerftestConfig, listener: PerftestListener, port: int,
+                  on_event: Callable[[str, object], None] | None) -> PerftestChannel:
     """The TCP client; with the verbs backend, an rdma_cm client on the same port (a
     perftest -R) ends the wait with one line (:mod:`netio.interop.cm_peer`)."""
     if config.backend != "verbs":  # no rdma_cm to ask
@@ -693,9 +693,13 @@ async def _accept(config: PerftestConfig, listener: PerftestListener,
         ctx = _verbs_probe_context(config, config.local_ip)
     except (NetioError, OSError):
         return await listener.accept(config.timeout_s)
+
+    def waiting(text: str) -> None:
+        if on_event is not None:
+            on_event("waiting", text)
     try:
         return await cm_peer.first_of(listener.accept(config.timeout_s),
-                                      cm_peer.rdma_cm_client_at(ctx, port),
+                                      cm_peer.rdma_cm_client_at(ctx, port, waiting),
                                       lambda: cm_peer.cm_client_error(port))
     finally:
         await ctx.aclose()
