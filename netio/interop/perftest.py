@@ -427,6 +427,23 @@ class PerftestListener(oob.Listener[PerftestChannel]):
 # -- the tests ---------------------------------------------------------------------------
 
 #: QP attributes perftest sets (``ctx_modify_qp_to_rtr/rts``: DEF_QP_TIME, 7, 7, MIN_RNR_TIMER).
+#:
+#: Why the soft backend on a host needed ``-u 20`` against the rxe lab's guests for large
+#: transfers (measured on this lab, host load ~4): as the requester of 4 MiB READs at
+#: ``-u 14`` (ACK timeout 4.096 us * 2**14 = 67 ms) the first READ never completed
+#: (RETRY_EXC_ERR after 0 operations, 4 s): the guest's rxe counted 30 READ requests for 10,
+#: 26 of them duplicates, and sent 90,350 response packets (22 times the 4,096 of one READ).
+#: 1 MiB READs at -u 14 and 4 MiB READs at -u 20 completed (4 duplicates). A 4 MiB response
+#: streams for about 0.4 s from an emulated (TCG) guest at ~10 MB/s; a stall of the guest
+#: longer than 67 ms in that time (its qemu process descheduled on the shared 2-core host)
+#: leaves the host's ACK timer, which runs on the host's clock, without progress, so netio
+#: asks again for the rest of the READ; rxe answers a duplicate READ by starting a second
+#: response stream, whose packets the requester takes as out of sequence (more implied-NAK
+#: retries) until retry_count is spent. perftest's requester in the other guest runs on a
+#: guest clock that stalls with the guest, so it does not see those stalls as timeouts.
+#: WRITEs of 4 and 8 MiB at -u 14 completed with no duplicates (ACKs every 64 packets keep
+#: the timer fed). Not a defect of either end: a link whose peer stalls for longer than the
+#: ACK timeout needs a longer one, which is what ``-u`` (perftest's own option) gives.
 QP_TIMEOUT = 14
 QP_RETRY_CNT = 7
 QP_RNR_RETRY = 7
