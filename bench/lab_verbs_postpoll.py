@@ -14,7 +14,8 @@ loops the traffic back). For each data path (``NETIO_VERBS_NATIVE`` unset: the C
   dominates it; only the first two isolate what netio's own code costs).
 
 Prints ``FIGURE <path>_<what> value`` lines; bench/bench_lab_verbs.py runs it and prints
-the ratios. The guest is TCG-emulated: absolute times are meaningless, ratios are not.
+the ratios. The two paths run round by round, interleaved, so that a change of the host's load hits
+both. The guest is TCG-emulated: absolute times are meaningless, ratios are not.
 """
 
 from __future__ import annotations
@@ -23,16 +24,17 @@ import asyncio
 import os
 import sys
 import time
+from typing import Any
 
-from netio.api.types import Access, WcStatus, WrOpcode
+from netio.api.types import Access, Completion, WcStatus, WrOpcode
 from netio.backends.base import QpOptions, Segment, SendRequest
 from netio.backends.verbs import VerbsBackend, VerbsQp
 
 ALL = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
 
 
-async def wait_for(qp: VerbsQp, n: int, timeout_s: float = 60.0) -> list[object]:
-    got: list[object] = []
+async def wait_for(qp: VerbsQp, n: int, timeout_s: float = 60.0) -> list[Completion]:
+    got: list[Completion] = []
     deadline = time.monotonic() + timeout_s
     while len(got) < n:
         got.extend(qp.poll(n - len(got)))
@@ -43,7 +45,53 @@ async def wait_for(qp: VerbsQp, n: int, timeout_s: float = 60.0) -> list[object]
     return got
 
 
-async def one_path(backend: VerbsBackend, ip: str, native: bool, rounds: int) -> None:
+class Path:
+    """One data path: a connected RC QP pair (the kernel loops the WRITEs back) and its
+    accumulated timings."""
+
+    def __init__(self, name: str, a: VerbsQp, src: Any, dst: Any) -> None:
+        self.name, self.a, self.src, self.dst = name, a, src, dst
+        self.post_s = self.loop_s = self.poll_s = 0.0
+        self.posts = self.polled = 0
+        self.next_id = 0
+
+    def batch(self, n: int, signal_all: bool) -> list[SendRequest]:
+        base, self.next_id = self.next_id, self.next_id + n
+        return [SendRequest(base + i, WrOpcode.RDMA_WRITE, (Segment(self.src, 64 * i, 64),),
+                            remote_addr=self.dst.addr + 64 * i, rkey=self.dst.rkey,
+                            signaled=signal_all or i == n - 1) for i in range(n)]
+
+    async def post_round(self, timed: bool) -> None:
+        reqs = self.batch(32, False)
+        t0 = time.perf_counter()
+        self.a.post_send(reqs)
+        t1 = time.perf_counter()
+        done = await wait_for(self.a, 1)
+        if done[0].status != WcStatus.SUCCESS:
+            raise RuntimeError(f"{self.name}: {done[0]}")
+        if timed:
+            self.post_s += t1 - t0
+            self.loop_s += time.perf_counter() - t0
+            self.posts += 1
+
+    async def poll_round(self) -> None:
+        self.a.post_send(self.batch(64, True))
+        await asyncio.sleep(0.3)  # let the emulated kernel complete them
+        t0 = time.perf_counter()
+        got = self.a.poll(64)
+        self.poll_s += time.perf_counter() - t0
+        self.polled += len(got)
+        await wait_for(self.a, 64 - len(got))
+
+    def report(self) -> None:
+        n = self.name
+        print(f"FIGURE {n}_post32_us {self.post_s / self.posts * 1e6:.1f}", flush=True)
+        print(f"FIGURE {n}_poll_us_per_completion {self.poll_s / max(1, self.polled) * 1e6:.2f}",
+              flush=True)
+        print(f"FIGURE {n}_write64B_ops_per_s {self.posts * 32 / self.loop_s:.0f}", flush=True)
+
+
+async def make_path(backend: VerbsBackend, ip: str, native: bool) -> Path | None:
     if native:
         os.environ.pop("NETIO_VERBS_NATIVE", None)
     else:
@@ -51,63 +99,37 @@ async def one_path(backend: VerbsBackend, ip: str, native: bool, rounds: int) ->
     options = QpOptions(max_send_wr=256, max_recv_wr=16)
     a = await backend.create_qp(ip, options, lambda: None)
     b = await backend.create_qp(ip, options, lambda: None)
-    name = a.data_path
-    if native and name != "native":
+    if native and a.data_path != "native":
         print(f"NATIVE-UNAVAILABLE {a.native_why_not}", flush=True)
-        return
+        return None
     mtu = min(a.address().mtu_bytes, 1024)
     await a.connect(b.address(), mtu)
     await b.connect(a.address(), mtu)
-    src = bytearray(1 << 16)
-    dst = bytearray(1 << 16)
-    r_src = backend.register(memoryview(src), ALL)
-    r_dst = backend.register(memoryview(dst), ALL)
-
-    def batch(base: int, n: int, signal_all: bool) -> list[SendRequest]:
-        return [SendRequest(base + i, WrOpcode.RDMA_WRITE, (Segment(r_src, 64 * i, 64),),
-                            remote_addr=r_dst.addr + 64 * i, rkey=r_dst.rkey,
-                            signaled=signal_all or i == n - 1) for i in range(n)]
-
-    for k in range(10):  # warm up both paths the same way
-        a.post_send(batch(k * 32, 32, False))
-        await wait_for(a, 1)
-    post_s = 0.0
-    t0 = time.perf_counter()
-    for k in range(rounds):
-        reqs = batch(100000 + k * 32, 32, False)
-        p0 = time.perf_counter()
-        a.post_send(reqs)
-        post_s += time.perf_counter() - p0
-        done = await wait_for(a, 1)
-        if done[0].status != WcStatus.SUCCESS:  # type: ignore[attr-defined]
-            raise RuntimeError(f"{name}: {done[0]}")
-    loop_s = time.perf_counter() - t0
-    poll_s = 0.0
-    polled = 0
-    for k in range(max(5, rounds // 4)):
-        a.post_send(batch(500000 + k * 64, 64, True))
-        await asyncio.sleep(0.3)  # let the emulated kernel complete them
-        p0 = time.perf_counter()
-        got = a.poll(64)
-        poll_s += time.perf_counter() - p0
-        polled += len(got)
-        await wait_for(a, 64 - len(got))
-    print(f"FIGURE {name}_post32_us {post_s / rounds * 1e6:.1f}", flush=True)
-    print(f"FIGURE {name}_poll_us_per_completion {poll_s / max(1, polled) * 1e6:.2f}",
-          flush=True)
-    print(f"FIGURE {name}_write64B_ops_per_s {rounds * 32 / loop_s:.0f}", flush=True)
-    await a.close()
-    await b.close()
-    backend.deregister(r_src)
-    backend.deregister(r_dst)
+    src = backend.register(memoryview(bytearray(1 << 16)), ALL)
+    dst = backend.register(memoryview(bytearray(1 << 16)), ALL)
+    return Path(a.data_path, a, src, dst)
 
 
 async def main(rounds: int) -> None:
     ip = os.environ.get("GUEST_IP", "")
     backend = VerbsBackend(local_addr=ip or None)
     try:
-        await one_path(backend, ip, True, rounds)
-        await one_path(backend, ip, False, rounds)
+        native = await make_path(backend, ip, True)
+        plain = await make_path(backend, ip, False)
+        if native is None or plain is None:
+            return
+        paths = (native, plain)
+        for _ in range(10):  # warm up both the same way
+            for p in paths:
+                await p.post_round(timed=False)
+        for _ in range(rounds):  # interleaved: a load change hits both paths alike
+            for p in paths:
+                await p.post_round(timed=True)
+        for _ in range(max(5, rounds // 4)):
+            for p in paths:
+                await p.poll_round()
+        for p in paths:
+            p.report()
     finally:
         await backend.close()
 
