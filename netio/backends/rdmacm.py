@@ -588,6 +588,12 @@ class CmAcceptor:
         if not isinstance(backend, VerbsBackend):
             raise IoError(f"cm='rdma_cm' needs the verbs backend (this context uses "
                           f"{backend.name})")
+        with contextlib.suppress(ValueError):
+            if ipaddress.ip_address(self._host).is_unspecified:
+                # pyverbs 44's bind_addr of a passive wildcard rdma_addrinfo crashes the
+                # process (segmentation fault, seen in the lab): refuse it in words
+                raise IoError(f"listen with cm='rdma_cm' on {self._host}: give this host's "
+                              f"address (a wildcard crashes pyverbs 44's bind_addr)")
         cm = _cm()
         loop = asyncio.get_running_loop()
         self._channel = _Channel(loop, self._on_event)

@@ -72,6 +72,7 @@ from netio.backends.gid import (
     no_device_hint,
     read_gid_table,
 )
+from netio.backends.verbs_native import NativeQp
 from netio.errors import (
     BackendUnavailable,
     ClosedError,
@@ -117,6 +118,11 @@ _CLOSE_DRAIN_S = 2.0
 _MAX_SGE = 16
 _MAX_RD_ATOMIC = 16
 _EVENT_FD_LINK = "anon_inode:[infinibandevent]"
+# a dict lookup costs a tenth of an enum constructor call, once per completion
+_WC_STATUS = {int(s): s for s in WcStatus}
+_WC_OPCODE = {int(o): o for o in WcOpcode}
+_WC_FLAGS = {f: WcFlags(f) for f in range(int(WcFlags.GRH | WcFlags.WITH_IMM) + 1)}
+_WC_FLAG_MASK = int(WcFlags.GRH | WcFlags.WITH_IMM)
 _RXE_VENDOR_ID = 0xFFFFFF  # drivers/infiniband/sw/rxe/rxe_param.h RXE_VENDOR_ID
 
 
@@ -337,6 +343,9 @@ class VerbsQp:
                                     f" bytes; device limits: ibv_devinfo -v -d "
                                     f"{entry.device}") from exc
         self.qpn = int(self._qp.qp_num)
+        # the C data path (batched post and poll) when it is built and finds this QP's
+        # struct ibv_qp; pyverbs otherwise (native_why_not says why)
+        self._native, self.native_why_not = NativeQp.attach(self._qp, self.qpn, int(qp_type))
         if fd is not None and os.environ.get("NETIO_VERBS_POLL") != "1":
             flags = fcntl.fcntl(fd, fcntl.F_GETFL)
             fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_NONBLOCK)
@@ -346,6 +355,11 @@ class VerbsQp:
             self._timer = loop.call_later(_POLL_FALLBACK_S, self._tick)
 
     # -- notification ------------------------------------------------------------------
+
+    @property
+    def data_path(self) -> str:
+        """``native`` (netio._verbs_native posts and polls) or ``pyverbs``."""
+        return "native" if self._native is not None else "pyverbs"
 
     @property
     def notify_mode(self) -> str:
@@ -555,6 +569,9 @@ class VerbsQp:
                             f"{self._options.max_send_wr} posted and not completed, "
                             f"{len(requests)} more asked (unsignaled requests stay until a "
                             f"later signaled one completes)")
+        if self._native is not None and self.qp_type != QpType.UD:
+            self._post_send_native(self._native, requests, checked)
+            return
         pv = self._pv
         owned: list[Any] = []  # every pyverbs SGE/SendWR made here: freed exactly once
         try:
@@ -593,6 +610,36 @@ class VerbsQp:
             self._sends.append(_Posted(r.wr_id, _SEND_OPCODES[r.opcode]))
         self._stats["sends_posted"] += len(requests)
 
+    def _post_send_native(self, native: NativeQp, requests: Sequence[SendRequest],
+                          checked: list[list[Any]]) -> None:
+        """One ``ibv_post_send`` of the batch built in C from flat lists."""
+        flat = [sge for sges in checked for sge in sges]
+        try:
+            rc, bad = native.post_send(
+                [r.wr_id for r in requests], [int(r.opcode) for r in requests],
+                [(_SEND_SIGNALED if r.signaled else 0) | (_SEND_INLINE if r.inline else 0)
+                 for r in requests],
+                [r.remote_addr for r in requests], [r.rkey for r in requests],
+                [socket.htonl(r.imm_data) if r.imm_data is not None else 0
+                 for r in requests],
+                [r.compare_add for r in requests], [r.swap for r in requests],
+                [len(sges) for sges in checked], [s[0] for s in flat], [s[1] for s in flat],
+                [s[2] for s in flat])
+        except OverflowError as exc:
+            raise RoceError(f"QP {self.qpn}: a work request field does not fit its ibverbs "
+                            f"type (rkey 32 bits, compare/swap 64 bits): {exc}") from exc
+        # the requests before the first bad one were posted: their completions will come
+        posted = len(requests) if rc == 0 else bad
+        for r in requests[:posted]:
+            self._sends.append(_Posted(r.wr_id, _SEND_OPCODES[r.opcode]))
+        self._stats["sends_posted"] += posted
+        if rc:
+            raise VerbsError("ibv_post_send", f"QP {self.qpn}: request {bad} of "
+                             f"{len(requests)} (wr_id {requests[bad].wr_id}) refused: "
+                             f"{os.strerror(rc)}; the {bad} before it were posted",
+                             errno_value=rc, hint=f"QP state {self._state}, "
+                             f"{len(self._sends)} sends outstanding")
+
     def post_recv(self, requests: Sequence[RecvRequest]) -> None:
         self._check_open("post_recv")
         if not requests:
@@ -605,6 +652,20 @@ class VerbsQp:
         if len(requests) > self._options.max_recv_wr - len(self._recvs):
             raise RoceError(f"QP {self.qpn}: receive queue full: {len(self._recvs)} of "
                             f"{self._options.max_recv_wr} posted, {len(requests)} more asked")
+        if self._native is not None:
+            flat = [sge for sges in checked for sge in sges]
+            rc, bad = self._native.post_recv(
+                [r.wr_id for r in requests], [len(sges) for sges in checked],
+                [s[0] for s in flat], [s[1] for s in flat], [s[2] for s in flat])
+            posted = len(requests) if rc == 0 else bad
+            self._recvs.extend(r.wr_id for r in requests[:posted])
+            self._stats["recvs_posted"] += posted
+            if rc:
+                raise VerbsError("ibv_post_recv", f"QP {self.qpn}: receive {bad} of "
+                                 f"{len(requests)} (wr_id {requests[bad].wr_id}) refused: "
+                                 f"{os.strerror(rc)}; the {bad} before it were posted",
+                                 errno_value=rc)
+            return
         pv = self._pv
         owned: list[Any] = []
         try:
@@ -673,19 +734,24 @@ class VerbsQp:
             return False
         return True
 
-    def _completion(self, wc: Any) -> Completion:
-        status = WcStatus(wc.status)
-        wr_id = int(wc.wr_id)
+    def _completion(self, wr_id: int, status_value: int, opcode_value: int, byte_len: int,
+                    imm_be: int, qp_num: int, src_qp: int, wc_flags: int) -> Completion:
+        """A completion from the fields of a ``struct ibv_wc`` (immediate data in network
+        byte order, as the struct holds it)."""
+        status = _WC_STATUS.get(status_value)
+        if status is None:
+            status = WcStatus(status_value)  # raises ValueError naming an unknown status
         if status == WcStatus.SUCCESS:
-            opcode = WcOpcode(wc.opcode)
+            opcode = _WC_OPCODE.get(opcode_value)
+            if opcode is None:
+                opcode = WcOpcode(opcode_value)
             if opcode >= WcOpcode.RECV:
                 self._retire_recv(wr_id)
             else:
                 self._retire_send(wr_id)
-            flags = WcFlags(wc.wc_flags & (WcFlags.GRH | WcFlags.WITH_IMM))
-            imm = socket.ntohl(wc.imm_data) if wc.wc_flags & _WC_WITH_IMM else None
-            return Completion(wr_id, status, opcode, int(wc.qp_num), int(wc.byte_len), imm,
-                              int(wc.src_qp), flags)
+            flags = _WC_FLAGS[wc_flags & _WC_FLAG_MASK]
+            imm = socket.ntohl(imm_be) if wc_flags & _WC_WITH_IMM else None
+            return Completion(wr_id, status, opcode, qp_num, byte_len, imm, src_qp, flags)
         # error completions carry only wr_id, status and qp_num: the opcode is ours
         send_op = self._retire_send(wr_id)
         if send_op is not None:
@@ -695,14 +761,23 @@ class VerbsQp:
         else:
             opcode = WcOpcode.SEND
         self._stats["error_completions"] += 1
-        return Completion(wr_id, status, opcode, int(wc.qp_num))
+        return Completion(wr_id, status, opcode, qp_num)
 
     def _poll_cq(self, max_entries: int) -> list[Completion]:
+        if self._native is not None:
+            rows = self._native.poll(max_entries)
+            if rows is None:
+                raise VerbsError("ibv_poll_cq", f"QP {self.qpn}: polling its CQ failed")
+            out = [self._completion(*row) for row in rows]
+            self._stats["completions"] += len(out)
+            return out
         try:
             _n, wcs = self._cq.poll(max_entries)
         except self._pv.Error as exc:
             raise _verbs_error("ibv_poll_cq", exc, f"QP {self.qpn}: polling its CQ") from exc
-        out = [self._completion(wc) for wc in wcs]
+        out = [self._completion(int(wc.wr_id), wc.status, wc.opcode, int(wc.byte_len),
+                                wc.imm_data, int(wc.qp_num), int(wc.src_qp), wc.wc_flags)
+               for wc in wcs]
         self._stats["completions"] += len(out)
         return out
 
@@ -758,6 +833,7 @@ class VerbsQp:
             self._notify()
 
     def _destroy(self) -> None:
+        self._native = None  # its pointers die with the pyverbs QP and CQ below
         if self._fd is not None:
             with contextlib.suppress(Exception):
                 self._loop.remove_reader(self._fd)

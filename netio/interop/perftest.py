@@ -51,15 +51,16 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from netio.api.context import Context, Listener
+from netio.api.context import open as netio_open
 from netio.api.endpoint import Endpoint, WorkRequest
 from netio.api.handles import Pending
 from netio.api.region import LocalSlice, RemoteRegion
 from netio.api.types import Access, Completion, QpType, WcStatus
 from netio.backends.base import QpAddress, Transport
 from netio.backends.soft import RxMode
-from netio.errors import ExchangeError, OperationError
+from netio.errors import ExchangeError, NetioError, OperationError
 from netio.interop import backend as tool_backend
-from netio.interop import oob
+from netio.interop import cm_peer, oob
 from netio.roce import LinkFaults
 from netio.roce.verbs import MAX_MESSAGE_BYTES
 
@@ -426,6 +427,23 @@ class PerftestListener(oob.Listener[PerftestChannel]):
 # -- the tests ---------------------------------------------------------------------------
 
 #: QP attributes perftest sets (``ctx_modify_qp_to_rtr/rts``: DEF_QP_TIME, 7, 7, MIN_RNR_TIMER).
+#:
+#: Why the soft backend on a host needed ``-u 20`` against the rxe lab's guests for large
+#: transfers (measured on this lab, host load ~4): as the requester of 4 MiB READs at
+#: ``-u 14`` (ACK timeout 4.096 us * 2**14 = 67 ms) the first READ never completed
+#: (RETRY_EXC_ERR after 0 operations, 4 s): the guest's rxe counted 30 READ requests for 10,
+#: 26 of them duplicates, and sent 90,350 response packets (22 times the 4,096 of one READ).
+#: 1 MiB READs at -u 14 and 4 MiB READs at -u 20 completed (4 duplicates). A 4 MiB response
+#: streams for about 0.4 s from an emulated (TCG) guest at ~10 MB/s; a stall of the guest
+#: longer than 67 ms in that time (its qemu process descheduled on the shared 2-core host)
+#: leaves the host's ACK timer, which runs on the host's clock, without progress, so netio
+#: asks again for the rest of the READ; rxe answers a duplicate READ by starting a second
+#: response stream, whose packets the requester takes as out of sequence (more implied-NAK
+#: retries) until retry_count is spent. perftest's requester in the other guest runs on a
+#: guest clock that stalls with the guest, so it does not see those stalls as timeouts.
+#: WRITEs of 4 and 8 MiB at -u 14 completed with no duplicates (ACKs every 64 packets keep
+#: the timer fed). Not a defect of either end: a link whose peer stalls for longer than the
+#: ACK timeout needs a longer one, which is what ``-u`` (perftest's own option) gives.
 QP_TIMEOUT = 14
 QP_RETRY_CNT = 7
 QP_RNR_RETRY = 7
@@ -658,7 +676,7 @@ async def run_perftest(config: PerftestConfig, *, listener: PerftestListener | N
             await listener.listen(None, config.port)
         try:
             tool_port = listener.port
-            channel = await listener.accept(config.timeout_s)
+            channel = await _accept(config, listener, tool_port, on_event)
         finally:
             await listener.close()
         channel.timeout_s = config.timeout_s
@@ -666,14 +684,75 @@ async def run_perftest(config: PerftestConfig, *, listener: PerftestListener | N
     else:
         local_ip = config.local_ip or oob.route_source_ip(config.server, config.port,
                                                           "perftest route")
-        waiting = None if on_event is None else (lambda text: on_event("waiting", text))
-        channel = await PerftestChannel.connect(config.server, config.port,
-                                                timeout_s=config.timeout_s, on_waiting=waiting)
+        channel = await _connect(config, config.server, local_ip, on_event)
     try:
         return await _PerftestRun(config, channel, local_ip, tool_port, on_event).run()
     except BaseException:
         channel.abort()
         raise
+
+
+def _verbs_probe_context(config: PerftestConfig, local_ip: ipaddress.IPv4Address | None
+                         ) -> Context:
+    """A verbs context for asking rdma_cm whether the peer runs perftest -R."""
+    return netio_open("verbs", device=config.device, port=config.ib_port,
+                      gid=config.gid_index, local_addr=str(local_ip) if local_ip else None,
+                      timeout_s=min(config.timeout_s, cm_peer.PROBE_S))
+
+
+async def _accept(config: PerftestConfig, listener: PerftestListener, port: int,
+                  on_event: Callable[[str, object], None] | None) -> PerftestChannel:
+    """The TCP client; with the verbs backend, an rdma_cm client on the same port (a
+    perftest -R) ends the wait with one line (:mod:`netio.interop.cm_peer`)."""
+    if config.backend != "verbs":  # no rdma_cm to ask
+        return await listener.accept(config.timeout_s)
+    try:
+        ctx = _verbs_probe_context(config, config.local_ip)
+    except (NetioError, OSError):
+        return await listener.accept(config.timeout_s)
+
+    def waiting(text: str) -> None:
+        if on_event is not None:
+            on_event("waiting", text)
+    try:
+        return await cm_peer.first_of(listener.accept(config.timeout_s),
+                                      cm_peer.rdma_cm_client_at(ctx, port, waiting),
+                                      lambda: cm_peer.cm_client_error(port))
+    finally:
+        await ctx.aclose()
+
+
+async def _connect(config: PerftestConfig, host: str, local_ip: ipaddress.IPv4Address,
+                   on_event: Callable[[str, object], None] | None) -> PerftestChannel:
+    """The TCP connection to the server; once it has been refused, with the verbs
+    backend, an rdma_cm listener accepting on the same port (a perftest -R) ends the
+    run with one line (:mod:`netio.interop.cm_peer`)."""
+    port = config.port
+    refused = asyncio.Event()
+
+    def waiting(text: str) -> None:
+        refused.set()
+        if on_event is not None:
+            on_event("waiting", text)
+
+    connect = PerftestChannel.connect(host, port, timeout_s=config.timeout_s,
+                                      on_waiting=waiting)
+    if config.backend != "verbs":  # no rdma_cm to ask
+        return await connect
+
+    async def probe() -> None:
+        await refused.wait()
+        ctx = _verbs_probe_context(config, local_ip)
+        try:
+            found = await cm_peer.rdma_cm_listener_at(ctx, host, port,
+                                                      min(config.timeout_s, cm_peer.PROBE_S))
+        finally:
+            await ctx.aclose()
+        if not found:
+            raise LookupError("no rdma_cm listener")  # stop watching; TCP alone decides
+
+    return await cm_peer.first_of(connect, probe(), lambda: cm_peer.cm_server_error(host,
+                                                                                     port))
 
 
 class _PeerKeys:

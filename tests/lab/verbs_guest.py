@@ -346,6 +346,8 @@ async def client(peer: str, port: int) -> None:
     check("QP notification through the completion channel fd",
           side.qp.notify_mode == ("polling" if os.environ.get("NETIO_VERBS_POLL") == "1"
                                   else "channel"), side.qp.notify_mode)
+    # which data path posts and polls (not a check: the lab test asserts it per run)
+    print(f"DATAPATH {side.qp.data_path} {side.qp.native_why_not}".rstrip(), flush=True)
     await ctrl.send(dataclasses.asdict(side.qp.address()))
     remote = QpAddress(**await ctrl.recv())
     await side.qp.connect(remote, min(remote.mtu_bytes, backend.mtu_bytes), (reader, writer))

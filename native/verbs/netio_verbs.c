@@ -1,0 +1,223 @@
+/* netio's native verbs data path: see netio_verbs.h. */
+#define _GNU_SOURCE
+#include "netio_verbs.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
+
+/* Copy len bytes at addr of this process into out; 0 or an errno (EFAULT when
+ * addr is not mapped). process_vm_readv on ourselves never faults. */
+static int read_self(uintptr_t addr, void *out, size_t len)
+{
+    struct iovec local = {out, len};
+    struct iovec remote = {(void *)addr, len};
+    ssize_t got = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+    if (got < 0)
+        return errno;
+    return (size_t)got == len ? 0 : EFAULT;
+}
+
+int netio_verbs_find_qp(uintptr_t obj_addr, size_t obj_bytes, uint32_t qp_num,
+                        uint32_t qp_type, uintptr_t *qp_out, uintptr_t *send_cq_out,
+                        uintptr_t *recv_cq_out)
+{
+    int found = 0;
+    size_t words = obj_bytes / sizeof(uintptr_t);
+    *qp_out = *send_cq_out = *recv_cq_out = 0;
+    for (size_t i = 0; i < words; i++) {
+        uintptr_t cand;
+        memcpy(&cand, (const char *)obj_addr + i * sizeof(uintptr_t), sizeof cand);
+        if (cand == 0 || cand % sizeof(void *) != 0)
+            continue;
+        struct ibv_qp qp;
+        int rc = read_self(cand, &qp, sizeof qp);
+        if (rc == ENOSYS || rc == EPERM)
+            return -rc; /* no way to read safely: do not guess */
+        if (rc != 0 || qp.qp_num != qp_num || (uint32_t)qp.qp_type != qp_type)
+            continue;
+        if (qp.context == NULL || qp.pd == NULL || qp.send_cq == NULL || qp.recv_cq == NULL)
+            continue;
+        struct ibv_pd pd;
+        struct ibv_cq scq, rcq;
+        if (read_self((uintptr_t)qp.pd, &pd, sizeof pd) != 0 || pd.context != qp.context)
+            continue;
+        if (read_self((uintptr_t)qp.send_cq, &scq, sizeof scq) != 0
+            || scq.context != qp.context)
+            continue;
+        if (read_self((uintptr_t)qp.recv_cq, &rcq, sizeof rcq) != 0
+            || rcq.context != qp.context)
+            continue;
+        if (found > 0 && *qp_out == cand)
+            continue; /* the same pointer held twice is one candidate */
+        if (found == 0) {
+            *qp_out = cand;
+            *send_cq_out = (uintptr_t)qp.send_cq;
+            *recv_cq_out = (uintptr_t)qp.recv_cq;
+        }
+        found++;
+    }
+    return found;
+}
+
+/* The lists are built in one allocation: requests, then scatter/gather
+ * entries. Below this many requests they live on the stack. */
+enum { STACK_WRS = 64, STACK_SGES = 128 };
+
+int netio_verbs_post_send(uintptr_t qp, int n, const uint64_t *wr_id,
+                          const uint32_t *opcode, const uint32_t *flags,
+                          const uint64_t *remote_addr, const uint32_t *rkey,
+                          const uint32_t *imm_be, const uint64_t *compare_add,
+                          const uint64_t *swap, const uint32_t *num_sge,
+                          const uint64_t *sge_addr, const uint32_t *sge_len,
+                          const uint32_t *sge_lkey, int *bad_index)
+{
+    struct ibv_send_wr stack_wrs[STACK_WRS];
+    struct ibv_sge stack_sges[STACK_SGES];
+    struct ibv_send_wr *wrs = stack_wrs;
+    struct ibv_sge *sges = stack_sges;
+    size_t total_sge = 0;
+    *bad_index = 0;
+    if (n <= 0)
+        return 0;
+    for (int i = 0; i < n; i++)
+        total_sge += num_sge[i];
+    void *heap = NULL;
+    if (n > STACK_WRS || total_sge > STACK_SGES) {
+        heap = malloc(n * sizeof *wrs + (total_sge ? total_sge : 1) * sizeof *sges);
+        if (heap == NULL)
+            return ENOMEM;
+        wrs = heap;
+        sges = (struct ibv_sge *)(wrs + n);
+    }
+    size_t s = 0;
+    for (int i = 0; i < n; i++) {
+        struct ibv_send_wr *wr = &wrs[i];
+        memset(wr, 0, sizeof *wr);
+        wr->wr_id = wr_id[i];
+        wr->next = i + 1 < n ? &wrs[i + 1] : NULL;
+        wr->sg_list = num_sge[i] ? &sges[s] : NULL;
+        wr->num_sge = (int)num_sge[i];
+        for (uint32_t k = 0; k < num_sge[i]; k++, s++) {
+            sges[s].addr = sge_addr[s];
+            sges[s].length = sge_len[s];
+            sges[s].lkey = sge_lkey[s];
+        }
+        wr->opcode = (enum ibv_wr_opcode)opcode[i];
+        wr->send_flags = flags[i];
+        wr->imm_data = imm_be[i];
+        switch (wr->opcode) {
+        case IBV_WR_ATOMIC_CMP_AND_SWP:
+        case IBV_WR_ATOMIC_FETCH_AND_ADD:
+            wr->wr.atomic.remote_addr = remote_addr[i];
+            wr->wr.atomic.rkey = rkey[i];
+            wr->wr.atomic.compare_add = compare_add[i];
+            wr->wr.atomic.swap = swap[i];
+            break;
+        case IBV_WR_RDMA_WRITE:
+        case IBV_WR_RDMA_WRITE_WITH_IMM:
+        case IBV_WR_RDMA_READ:
+            wr->wr.rdma.remote_addr = remote_addr[i];
+            wr->wr.rdma.rkey = rkey[i];
+            break;
+        default:
+            break;
+        }
+    }
+    struct ibv_send_wr *bad = NULL;
+    int rc = ibv_post_send((struct ibv_qp *)qp, wrs, &bad);
+    if (rc != 0)
+        *bad_index = bad ? (int)(bad - wrs) : 0;
+    free(heap);
+    return rc;
+}
+
+int netio_verbs_post_recv(uintptr_t qp, int n, const uint64_t *wr_id,
+                          const uint32_t *num_sge, const uint64_t *sge_addr,
+                          const uint32_t *sge_len, const uint32_t *sge_lkey,
+                          int *bad_index)
+{
+    struct ibv_recv_wr stack_wrs[STACK_WRS];
+    struct ibv_sge stack_sges[STACK_SGES];
+    struct ibv_recv_wr *wrs = stack_wrs;
+    struct ibv_sge *sges = stack_sges;
+    size_t total_sge = 0;
+    *bad_index = 0;
+    if (n <= 0)
+        return 0;
+    for (int i = 0; i < n; i++)
+        total_sge += num_sge[i];
+    void *heap = NULL;
+    if (n > STACK_WRS || total_sge > STACK_SGES) {
+        heap = malloc(n * sizeof *wrs + (total_sge ? total_sge : 1) * sizeof *sges);
+        if (heap == NULL)
+            return ENOMEM;
+        wrs = heap;
+        sges = (struct ibv_sge *)(wrs + n);
+    }
+    size_t s = 0;
+    for (int i = 0; i < n; i++) {
+        wrs[i].wr_id = wr_id[i];
+        wrs[i].next = i + 1 < n ? &wrs[i + 1] : NULL;
+        wrs[i].sg_list = num_sge[i] ? &sges[s] : NULL;
+        wrs[i].num_sge = (int)num_sge[i];
+        for (uint32_t k = 0; k < num_sge[i]; k++, s++) {
+            sges[s].addr = sge_addr[s];
+            sges[s].length = sge_len[s];
+            sges[s].lkey = sge_lkey[s];
+        }
+    }
+    struct ibv_recv_wr *bad = NULL;
+    int rc = ibv_post_recv((struct ibv_qp *)qp, wrs, &bad);
+    if (rc != 0)
+        *bad_index = bad ? (int)(bad - wrs) : 0;
+    free(heap);
+    return rc;
+}
+
+enum { POLL_CHUNK = 64 };
+
+int netio_verbs_poll_cq(uintptr_t cq, int max, uint64_t *wr_id, uint32_t *status,
+                        uint32_t *opcode, uint32_t *byte_len, uint32_t *imm_be,
+                        uint32_t *qp_num, uint32_t *src_qp, uint32_t *wc_flags)
+{
+    struct ibv_wc wc[POLL_CHUNK];
+    int done = 0;
+    while (done < max) {
+        int want = max - done < POLL_CHUNK ? max - done : POLL_CHUNK;
+        int got = ibv_poll_cq((struct ibv_cq *)cq, want, wc);
+        if (got < 0)
+            return done ? done : -1;
+        for (int i = 0; i < got; i++, done++) {
+            wr_id[done] = wc[i].wr_id;
+            status[done] = wc[i].status;
+            opcode[done] = wc[i].opcode;
+            byte_len[done] = wc[i].byte_len;
+            imm_be[done] = wc[i].imm_data;
+            qp_num[done] = wc[i].qp_num;
+            src_qp[done] = wc[i].src_qp;
+            wc_flags[done] = wc[i].wc_flags;
+        }
+        if (got < want)
+            break;
+    }
+    return done;
+}
+
+size_t netio_verbs_abi(int what)
+{
+    switch (what) {
+    case 0:
+        return sizeof(struct ibv_send_wr);
+    case 1:
+        return sizeof(struct ibv_wc);
+    case 2:
+        return offsetof(struct ibv_qp, qp_num);
+    default:
+        return 0;
+    }
+}

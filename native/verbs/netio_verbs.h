@@ -1,0 +1,64 @@
+/* netio's optional native verbs data path (netio._verbs_native).
+ *
+ * ibv_post_send, ibv_post_recv and ibv_poll_cq are static inline functions in
+ * <infiniband/verbs.h> (they jump through qp->context->ops), so libibverbs.so.1
+ * does not export them and ctypes or cffi's ABI mode cannot call them. This
+ * module is compiled against the header instead. It takes flat arrays from
+ * Python, builds the linked list of work requests in C and posts it with one
+ * call (one doorbell), and polls many completions into flat arrays.
+ *
+ * pyverbs keeps the control path (device, PD, MR, CQ, QP creation and state
+ * changes). pyverbs 44 does not give Python the struct ibv_qp pointer, so
+ * netio_verbs_find_qp finds it inside the pyverbs QP object and checks it
+ * against the ibverbs ABI before anything uses it.
+ *
+ * Declarations between CDEF BEGIN/END are read by netio/_verbs_ffi_build.py
+ * for cffi, so they must stay plain C (no macros, no verbs.h types). */
+#ifndef NETIO_VERBS_H
+#define NETIO_VERBS_H
+#include <stddef.h>
+#include <stdint.h>
+
+/* CDEF BEGIN */
+/* The struct ibv_qp pointer held inside a pyverbs QP object (obj_addr is
+ * id(qp), obj_bytes type(qp).__basicsize__). Every pointer-sized word of the
+ * object is a candidate; a candidate is read through process_vm_readv (an
+ * unmapped address fails with EFAULT instead of crashing) and accepted when
+ * its qp_num and qp_type are the expected ones, it has a context, a PD of that
+ * context and send and receive CQs of that context. Returns the number of
+ * accepted candidates (the caller uses the pointers only when it is 1) and
+ * stores the QP and its send and receive CQs; a negative errno when memory
+ * cannot be read at all. */
+int netio_verbs_find_qp(uintptr_t obj_addr, size_t obj_bytes, uint32_t qp_num,
+                        uint32_t qp_type, uintptr_t *qp_out, uintptr_t *send_cq_out,
+                        uintptr_t *recv_cq_out);
+/* Post n send work requests as one linked list (ibv_post_send). Request i
+ * uses num_sge[i] consecutive entries of the sge_* arrays. opcode is enum
+ * ibv_wr_opcode, flags enum ibv_send_flags, imm_be the immediate data already
+ * in network byte order. remote_addr/rkey are used by RDMA and atomic
+ * opcodes, compare_add/swap by atomics. Returns 0, or ibv_post_send's error
+ * (an errno) with *bad_index set to the first request not posted. */
+int netio_verbs_post_send(uintptr_t qp, int n, const uint64_t *wr_id,
+                          const uint32_t *opcode, const uint32_t *flags,
+                          const uint64_t *remote_addr, const uint32_t *rkey,
+                          const uint32_t *imm_be, const uint64_t *compare_add,
+                          const uint64_t *swap, const uint32_t *num_sge,
+                          const uint64_t *sge_addr, const uint32_t *sge_len,
+                          const uint32_t *sge_lkey, int *bad_index);
+/* Post n receive work requests as one linked list (ibv_post_recv). */
+int netio_verbs_post_recv(uintptr_t qp, int n, const uint64_t *wr_id,
+                          const uint32_t *num_sge, const uint64_t *sge_addr,
+                          const uint32_t *sge_len, const uint32_t *sge_lkey,
+                          int *bad_index);
+/* Poll up to max completions (ibv_poll_cq) into the flat arrays; returns how
+ * many, or a negative value when ibv_poll_cq fails. imm_be stays in network
+ * byte order, as struct ibv_wc holds it. */
+int netio_verbs_poll_cq(uintptr_t cq, int max, uint64_t *wr_id, uint32_t *status,
+                        uint32_t *opcode, uint32_t *byte_len, uint32_t *imm_be,
+                        uint32_t *qp_num, uint32_t *src_qp, uint32_t *wc_flags);
+/* sizeof(struct ibv_send_wr), sizeof(struct ibv_wc), offsetof(struct ibv_qp,
+ * qp_num): the header this module was compiled against, for tests. */
+size_t netio_verbs_abi(int what);
+/* CDEF END */
+
+#endif
