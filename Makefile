@@ -5,7 +5,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.netio-installed
 DEMO_DIR ?= out/demo
-SOURCES := pyproject.toml CMakeLists.txt $(wildcard native/*.c native/*.h) netio/_ffi_build.py
+SOURCES := pyproject.toml CMakeLists.txt $(wildcard native/*.c native/*.h native/verbs/*.c native/verbs/*.h) \
+           netio/_ffi_build.py netio/_verbs_ffi_build.py
 
 .PHONY: demo test lint install clean
 
