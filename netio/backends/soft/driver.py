@@ -28,6 +28,7 @@ import ipaddress
 import logging
 import os
 import socket
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -100,6 +101,8 @@ class _Waiter:
 #: address: a context opened on the same address and loop takes one over; one opened on
 #: another loop (the first ended: asyncio.run) closes it and binds the port itself.
 _lingering: dict[ipaddress.IPv4Address, SoftRoceDriver] = {}
+#: how long after the linger's end the backstop timer acts (the loop's own timer comes first)
+_LINGER_SLACK_S = 0.2
 
 
 def _evict_lingering(ip: ipaddress.IPv4Address) -> None:
@@ -159,6 +162,7 @@ class SoftRoceDriver:
         self._closed = False
         self._flush_scheduled = False
         self._linger_handle: asyncio.TimerHandle | None = None
+        self._linger_backstop: threading.Timer | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -213,11 +217,35 @@ class SoftRoceDriver:
             _evict_lingering(ip)
         _lingering[ip] = self
         self._linger_handle = loop.call_at(until_ns / 1e9, self._end_linger)
+        # asyncio.run closes its loop at once and a synchronous context's private loop
+        # stops with it: the loop's timer would never fire and port 4791 of this address
+        # would stay bound for the life of the process. A daemon timer ends the linger
+        # on time whatever becomes of the loop.
+        delay_s = max(0.0, (until_ns - time.monotonic_ns()) / 1e9) + _LINGER_SLACK_S
+        backstop = threading.Timer(delay_s, self._end_linger_off_loop)
+        backstop.daemon = True
+        backstop.start()
+        self._linger_backstop = backstop
+
+    def _end_linger_off_loop(self) -> None:
+        """The backstop timer: hand the end to the loop while it runs, else end it here
+        (a stopped or closed loop runs nothing, so nothing races with this thread)."""
+        if self._closed or self._linger_backstop is None:
+            return  # closed, or taken over by a new context (take_lingering)
+        loop = self._loop
+        if loop is not None and loop.is_running():
+            try:
+                loop.call_soon_threadsafe(self._end_linger)
+                return
+            except RuntimeError:  # closed between the check and the call
+                pass
+        self._end_linger()
 
     def _end_linger(self) -> None:
+        if self._closed or _lingering.get(self.config.local_ip) is not self:
+            return  # closed already, or taken over by a new context meanwhile
         self._linger_handle = None
-        if _lingering.get(self.config.local_ip) is self:
-            del _lingering[self.config.local_ip]
+        del _lingering[self.config.local_ip]
         self._close_now()
 
     @classmethod
@@ -234,6 +262,9 @@ class SoftRoceDriver:
         if driver._linger_handle is not None:
             driver._linger_handle.cancel()
             driver._linger_handle = None
+        if driver._linger_backstop is not None:
+            driver._linger_backstop.cancel()
+            driver._linger_backstop = None
         return driver
 
     async def close(self) -> None:
