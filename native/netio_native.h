@@ -268,6 +268,11 @@ int netio_tx_ack(netio_tx_batch *b, uint32_t src_ip, uint32_t dst_ip, uint32_t s
 /* sendmmsg packets start.. of b to dst_ip:4791; returns how many went, or
  * -errno when none did. */
 int netio_tx_send(int fd, uint32_t dst_ip, const netio_tx_batch *b, uint32_t start);
+/* As netio_tx_send, but each run of equal-size packets (then at most one
+ * shorter) goes as one datagram with a UDP_SEGMENT cmsg (UDP GSO: the kernel
+ * cuts it back into those packets), at most 64 packets and 65507 bytes a run;
+ * the rest go alone. Same return. */
+int netio_tx_send_gso(int fd, uint32_t dst_ip, const netio_tx_batch *b, uint32_t start);
 /* A receive ring: nslots slots of slot_bytes; after netio_rx_recv, count
  * datagrams with their length, truncation flag and source (host order). raw:
  * the slots hold whole IPv4 packets (raw socket). */

@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -237,6 +238,94 @@ int netio_tx_send(int fd, uint32_t dst_ip, const netio_tx_batch *b, uint32_t sta
             return -errno;
         }
         done += (uint32_t)r;
+        if ((uint32_t)r < n)
+            break;
+    }
+    return (int)(done - start);
+}
+
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103 /* linux/udp.h */
+#endif
+#define GSO_MAX_SEGS 64u       /* UDP_MAX_SEGMENTS in the kernel */
+#define GSO_MAX_BYTES 65507u   /* IPv4 total length 65535 less IP and UDP headers */
+#define GSO_MAX_IOV 1024u      /* UIO_MAXIOV */
+
+static uint32_t pkt_len(const netio_tx_batch *b, uint32_t j) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < b->iovcnt[j]; i++)
+        n += (uint32_t)b->iov[b->iovstart[j] + i].len;
+    return n;
+}
+
+/* Packets j.. that can go as one UDP_SEGMENT send: equal-size packets, then at
+ * most one shorter one (the kernel lets only the last segment be shorter). Their
+ * iovecs are contiguous in b (netio_tx_build appends them in order). */
+static uint32_t gso_group(const netio_tx_batch *b, uint32_t j, uint32_t *seg) {
+    uint32_t size = pkt_len(b, j);
+    uint32_t n = 1, bytes = size, niov = b->iovcnt[j];
+    *seg = size;
+    while (j + n < b->count && n < GSO_MAX_SEGS) {
+        uint32_t next = pkt_len(b, j + n);
+        if (next > size || bytes + next > GSO_MAX_BYTES || niov + b->iovcnt[j + n] > GSO_MAX_IOV)
+            break;
+        n++;
+        bytes += next;
+        niov += b->iovcnt[j + n - 1];
+        if (next < size)
+            break;
+    }
+    return n;
+}
+
+int netio_tx_send_gso(int fd, uint32_t dst_ip, const netio_tx_batch *b, uint32_t start) {
+    enum { MSGS = 64 };
+    struct mmsghdr msgs[MSGS];
+    uint32_t pkts[MSGS];
+    union {
+        char buf[CMSG_SPACE(sizeof(uint16_t))];
+        struct cmsghdr align;
+    } ctl[MSGS];
+    struct sockaddr_in to;
+    memset(&to, 0, sizeof to);
+    to.sin_family = AF_INET;
+    to.sin_port = htons(ROCE_PORT);
+    to.sin_addr.s_addr = htonl(dst_ip);
+    uint32_t done = start;
+    while (done < b->count) {
+        uint32_t n = 0, j = done;
+        while (j < b->count && n < MSGS) {
+            uint32_t seg;
+            uint32_t g = gso_group(b, j, &seg);
+            struct msghdr *h = &msgs[n].msg_hdr;
+            memset(h, 0, sizeof *h);
+            h->msg_name = &to;
+            h->msg_namelen = sizeof to;
+            h->msg_iov = (struct iovec *)(b->iov + b->iovstart[j]);
+            h->msg_iovlen = b->iovstart[j + g - 1] + b->iovcnt[j + g - 1] - b->iovstart[j];
+            if (g > 1) {
+                h->msg_control = ctl[n].buf;
+                h->msg_controllen = sizeof ctl[n].buf;
+                struct cmsghdr *c = CMSG_FIRSTHDR(h);
+                c->cmsg_level = SOL_UDP;
+                c->cmsg_type = UDP_SEGMENT;
+                c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+                uint16_t gso = (uint16_t)seg;
+                memcpy(CMSG_DATA(c), &gso, sizeof gso);
+            }
+            pkts[n++] = g;
+            j += g;
+        }
+        int r = sendmmsg(fd, msgs, n, 0);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            if (done > start)
+                return (int)(done - start);
+            return -errno;
+        }
+        for (int i = 0; i < r; i++)
+            done += pkts[i];
         if ((uint32_t)r < n)
             break;
     }

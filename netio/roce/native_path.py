@@ -17,13 +17,15 @@ case; this module only takes over the packets whose handling is fixed arithmetic
   (FIRST and LAST packets, NAKs, READ, atomics, errors, duplicates, gaps) goes to the
   engine.
 
-Not used, on purpose: UDP GSO/GRO (``UDP_SEGMENT``/``UDP_GRO``) and ``MSG_ZEROCOPY``. The
-kernel here (6.18) offers all three, but a GSO send over loopback reaches a raw socket as
-one unsegmented IPv4 packet (three 1000-byte segments arrived as one 2928-byte packet
-with IP ID 0; only the UDP socket saw three datagrams), so the raw receive mode and any
-capture would see super-packets; and a GSO send needs equal segments, which the packets
-of one message are only from the second (the FIRST carries a RETH) to the last. Neither
-was measured against sendmmsg: that remains to be done before turning them on.
+UDP GSO (``UDP_SEGMENT``) is an option of the send (:meth:`TxRun.send`, the driver's
+``gso``): each run of equal-size packets of a run (the MIDDLE packets of a message, and
+the LAST when it is not larger; the FIRST carries a RETH and goes alone) leaves as one
+``sendmsg`` with a ``UDP_SEGMENT`` cmsg, still as iovecs into the registered memory; the
+kernel cuts it back into the same datagrams (tests/roce/test_roce_native_gso.py). It is
+off by default: a GSO send over loopback (or veth) reaches a *raw* socket as one
+unsegmented IPv4 packet (three 1000-byte segments arrived as one 2928-byte packet), so a
+peer in raw receive mode, and any capture, sees super-packets; UDP sockets and the
+kernel's rxe see the segments. UDP GRO and ``MSG_ZEROCOPY`` are not used (not measured).
 
 Copies are counted (:class:`CopyCounters`): payload bytes moved by netio in user space
 on top of the kernel's one copy between socket and user memory.
@@ -163,8 +165,12 @@ class TxRun:
         return int(native.lib.netio_tx_ack(self.batch, src_ip, dst_ip, src_port, pkey,
                                            dest_qp, psn, aeth)) >= 0
 
-    def send(self, fd: int, dst_ip: int, start: int) -> int:
-        """sendmmsg packets ``start``..; how many went, or -errno when none did."""
+    def send(self, fd: int, dst_ip: int, start: int, *, gso: bool = False) -> int:
+        """sendmmsg packets ``start``..; how many went, or -errno when none did. ``gso``:
+        each run of equal-size packets (then at most one shorter) goes as one UDP GSO
+        datagram (``UDP_SEGMENT``), which the kernel cuts back into the same packets."""
+        if gso:
+            return int(native.lib.netio_tx_send_gso(fd, dst_ip, self.batch, start))
         return int(native.lib.netio_tx_send(fd, dst_ip, self.batch, start))
 
 

@@ -36,11 +36,13 @@ from dataclasses import dataclass, field
 from netio.backends.soft.rx_icrc import HeaderlessVerifier
 from netio.backends.soft.sockets import (
     ROCEV2_UDP_PORT,
+    GsoMode,
     RxMode,
     open_raw_receive_socket,
     open_send_socket,
     open_udp_receive_socket,
     parse_raw_ipv4,
+    probe_udp_gso,
 )
 from netio.errors import DriverSocketError
 from netio.roce.engine import CompletionQueue, OutgoingDatagram, OutgoingRun, RoceEngine
@@ -77,12 +79,28 @@ class DriverConfig:
 
     ``local_ip``: the address to bind (IPv4; the engine's GID is
     ``::ffff:local_ip``). ``rx_mode``: see :class:`RxMode`. ``faults`` and
-    ``fault_seed``: the egress lossy link (None: a perfect link)."""
+    ``fault_seed``: the egress lossy link (None: a perfect link). ``gso``: see
+    :class:`GsoMode`."""
 
     local_ip: ipaddress.IPv4Address
     rx_mode: RxMode = RxMode.AUTO
     faults: LinkFaults | None = None
     fault_seed: int = 0
+    gso: GsoMode | None = None  # None: $NETIO_SOFT_GSO ("off", "on", "auto"), else off
+
+
+def _gso_mode(config: DriverConfig) -> GsoMode:
+    if config.gso is not None:
+        return config.gso
+    try:
+        return GsoMode(os.environ.get("NETIO_SOFT_GSO", "off").lower())
+    except ValueError:
+        return GsoMode.OFF
+
+
+#: errnos of a GSO send the kernel or the route does not take (udp_send_skb: EINVAL,
+#: EIO for a device without checksum offload; EOPNOTSUPP, ENOPROTOOPT: unknown option)
+_GSO_REFUSED = frozenset((errno.EINVAL, errno.EIO, errno.EOPNOTSUPP, errno.ENOPROTOOPT))
 
 
 def _expire(future: asyncio.Future[None]) -> None:
@@ -159,17 +177,20 @@ class SoftRoceDriver:
         self._closed = False
         self._flush_scheduled = False
         self._linger_handle: asyncio.TimerHandle | None = None
+        self.gso = False  # native runs go out with UDP GSO
+        self.gso_reason = "off"  # why it is on or off (diagnostics)
 
     # -- lifecycle -----------------------------------------------------------------------
 
     @classmethod
     async def open(cls, local_ip: ipaddress.IPv4Address | str, *,
                    rx_mode: RxMode = RxMode.AUTO, faults: LinkFaults | None = None,
-                   fault_seed: int = 0, verify_icrc: bool = True) -> SoftRoceDriver:
+                   fault_seed: int = 0, verify_icrc: bool = True,
+                   gso: GsoMode | None = None) -> SoftRoceDriver:
         """A new engine for ``local_ip`` and its driver, started on the running loop."""
         ip = ipaddress.IPv4Address(str(local_ip))
         engine = RoceEngine(ip, verify_icrc=verify_icrc)
-        driver = cls(engine, DriverConfig(ip, rx_mode, faults, fault_seed))
+        driver = cls(engine, DriverConfig(ip, rx_mode, faults, fault_seed, gso))
         driver.start()
         return driver
 
@@ -196,6 +217,7 @@ class SoftRoceDriver:
         self._raw_sock = raw
         self.rx_mode = RxMode.RAW if raw is not None else RxMode.UDP
         rx = raw if raw is not None else self._udp_sock
+        self._resolve_gso()
         if self.engine.native:
             self._ring = RxRing(_RING_SLOTS, _RING_SLOT_BYTES, raw=raw is not None)
         loop.add_reader(rx.fileno(), self._on_readable)
@@ -443,6 +465,22 @@ class SoftRoceDriver:
         for d in link.pop_due(now_ns):
             self._send(d)
 
+    def _resolve_gso(self) -> None:
+        mode = _gso_mode(self.config)
+        if mode is GsoMode.OFF or not self.engine.native:
+            self.gso, self.gso_reason = False, ("off" if mode is GsoMode.OFF
+                                                else "off: no native path")
+            return
+        if mode is GsoMode.AUTO and self.rx_mode is not RxMode.UDP:
+            self.gso, self.gso_reason = False, "auto: off with raw receive"
+            return
+        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            why = probe_udp_gso(probe)
+        finally:
+            probe.close()
+        self.gso, self.gso_reason = (False, f"off: {why}") if why else (True, "on")
+
     def _send_socket(self, src_port: int, tos: int) -> socket.socket:
         key = (src_port, tos)
         sock = self._send_socks.get(key)
@@ -483,12 +521,17 @@ class SoftRoceDriver:
         """sendmmsg the rest of a native run; what the socket refuses waits for POLLOUT."""
         run = d.run
         while start < run.count:
-            n = run.send(sock.fileno(), int(d.dst_ip), start)
+            n = run.send(sock.fileno(), int(d.dst_ip), start, gso=self.gso)
             if n > 0:
                 self.stats.datagrams_sent += n
                 start += n
                 continue
             err = -n
+            if self.gso and err in _GSO_REFUSED:
+                # The kernel or route does not take GSO after all: sendmmsg from now on.
+                self.gso, self.gso_reason = False, f"off: GSO send failed: {os.strerror(err)}"
+                log.info("soft RoCE: UDP GSO %s", self.gso_reason)
+                continue
             if err in (errno.EAGAIN, errno.EINTR):
                 self.stats.tx_deferred += 1
                 self._backlog.appendleft((d, start))

@@ -58,6 +58,29 @@ class RxMode(enum.Enum):
     UDP = "udp"
 
 
+class GsoMode(enum.Enum):
+    """Whether native runs go out with UDP GSO (``UDP_SEGMENT``; see
+    ``netio/roce/native_path.py``)."""
+
+    OFF = "off"
+    ON = "on"  # whenever the kernel takes it (probed; falls back on the first refusal)
+    AUTO = "auto"  # ON when this driver receives on a UDP socket (peers on one host
+    # share the mode, and a raw receiver on loopback/veth would see unsegmented packets)
+
+
+#: linux/udp.h
+UDP_SEGMENT = 103
+
+
+def probe_udp_gso(sock: socket.socket) -> str:
+    """Why ``sock`` cannot send with UDP GSO ("" when it can: the option is known)."""
+    try:
+        sock.setsockopt(socket.IPPROTO_UDP, UDP_SEGMENT, 0)
+    except OSError as exc:
+        return f"setsockopt(UDP_SEGMENT) failed: {exc.strerror or exc}"
+    return ""
+
+
 BpfInstruction = tuple[int, int, int, int]  # (code, jt, jf, k)
 
 
