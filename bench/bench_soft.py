@@ -17,6 +17,8 @@ Every netio figure uses the public API (``netio.open("soft", local_addr=...)``,
   floor of any asyncio design), with the client's CPU time per round trip;
 * message rate: 64 B WRITE and SEND posted in batches against the C pair with 64 B
   datagrams;
+* UDP GSO: the 1 MiB WRITE with the soft backend's ``gso`` off and on (UDP receive on
+  both sides), against the same pair and iperf3;
 * native against pure (``NETIO_PURE=1``): the same workloads;
 * zero copy: one WRITE into a registered numpy array, its address before and after,
   and copies per payload byte from the engines' counters.
@@ -55,7 +57,9 @@ def _addresses() -> tuple[str, str]:
             str(ipaddress.IPv4Address((127 << 24) | base | 2)))
 
 
-def _env(pure: bool) -> None:
+def _env(pure: bool, gso: str = "off") -> None:
+    # netio.open does not take the soft driver's gso option: the driver reads it here
+    os.environ["NETIO_SOFT_GSO"] = gso
     if pure:
         os.environ["NETIO_PURE"] = "1"
     else:
@@ -83,7 +87,7 @@ def _profiled(role: str, main: Callable[[], Any]) -> None:
 
 
 def _server(job: dict[str, Any], ip: str, port_q: Any, out_q: Any) -> None:
-    _env(job["pure"])
+    _env(job["pure"], job.get("gso", "off"))
 
     async def main() -> None:
         import numpy as np
@@ -136,7 +140,7 @@ def _server(job: dict[str, Any], ip: str, port_q: Any, out_q: Any) -> None:
 
 
 def _client(job: dict[str, Any], ip: str, server_ip: str, port: int, out_q: Any) -> None:
-    _env(job["pure"])
+    _env(job["pure"], job.get("gso", "off"))
 
     async def main() -> None:
         import numpy as np
@@ -406,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="smaller counts (smoke test)")
-    parser.add_argument("--only", choices=("bw", "lat", "rate", "zero"), default=None)
+    parser.add_argument("--only", choices=("bw", "gso", "lat", "rate", "zero"), default=None)
     parser.add_argument("--rx-mode", choices=("auto", "raw", "udp"), default="auto",
                         help="the soft backend's receive socket (auto: raw when permitted)")
     args = parser.parse_args(argv)
@@ -434,6 +438,27 @@ def main(argv: list[str] | None = None) -> int:
               f"{_ratio(bw['native'], bw['pair'])}")
         print(f"  iperf3 -u -b 0 -l 4096 {_med(bw['iperf3']):9.1f}   netio/iperf3 "
               f"{_ratio(bw['native'], bw['iperf3'])}")
+
+    if args.only in (None, "gso"):
+        mib = int(512 * q)
+        # UDP receive on both sides: a raw receiver would see GSO super-packets whole
+        gso_job = {**base, "rx_mode": "udp", "kind": "write_bw", "size": MIB, "count": mib,
+                   "batch": 4, "batches_in_flight": 2, "pure": False}
+        g = _rounds(runs, {
+            "off": lambda: netio_run({**gso_job, "gso": "off"}),
+            "on": lambda: netio_run({**gso_job, "gso": "on"}),
+            "pair": lambda: udp_pair(4096, mib * 256),
+            "iperf3": lambda: iperf3_udp(4096, 3 * q + 1),
+        }, "mib_s")
+        print("\n1 MiB RC WRITE bandwidth, UDP receive, UDP GSO off/on [MiB/s] (GRO: not "
+              "implemented)")
+        print(f"  netio GSO off          {_med(g['off']):9.1f}   netio/pair "
+              f"{_ratio(g['off'], g['pair'])}")
+        print(f"  netio GSO on           {_med(g['on']):9.1f}   on/off "
+              f"{_ratio(g['on'], g['off'])}   netio/pair {_ratio(g['on'], g['pair'])}")
+        print(f"  sendmmsg/recvmmsg pair {_med(g['pair']):9.1f}")
+        print(f"  iperf3 -u -b 0 -l 4096 {_med(g['iperf3']):9.1f}   GSO on/iperf3 "
+              f"{_ratio(g['on'], g['iperf3'])}")
 
     if args.only in (None, "lat"):
         n = int(4000 * q)
