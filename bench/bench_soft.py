@@ -19,6 +19,8 @@ Every netio figure uses the public API (``netio.open("soft", local_addr=...)``,
   datagrams;
 * UDP GSO: the 1 MiB WRITE with the soft backend's ``gso`` off and on (UDP receive on
   both sides), against the same pair and iperf3;
+* MSG_ZEROCOPY: 1 MiB messages as 60 KiB GSO sends with and without it (a plain UDP
+  pair, not the engine: whether it could pay at all here);
 * native against pure (``NETIO_PURE=1``): the same workloads;
 * zero copy: one WRITE into a registered numpy array, its address before and after,
   and copies per payload byte from the engines' counters.
@@ -263,6 +265,91 @@ def udp_pair(size: int, count: int) -> dict[str, float]:
             "loss": 1 - r["datagrams"] / count}
 
 
+_SO_ZEROCOPY = 60  # asm-generic/socket.h
+_MSG_ZEROCOPY = 0x4000000
+_UDP_SEGMENT = 103
+_SO_EE_ORIGIN_ZEROCOPY = 5
+_SO_EE_CODE_ZEROCOPY_COPIED = 1
+
+
+def _zc_drain(sock: socket.socket, block: bool) -> tuple[int, int]:
+    """Zero-copy notifications on the error queue: (sends completed, sends the kernel
+    reported as copied after all)."""
+    import select
+    import struct
+
+    done = copied = 0
+    while True:
+        if block:  # the error queue shows as POLLERR (select's sets would not)
+            poller = select.poll()
+            poller.register(sock, select.POLLERR)
+            if not poller.poll(5000):
+                return done, copied
+        try:
+            _, anc, _, _ = sock.recvmsg(0, 256, socket.MSG_ERRQUEUE | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return done, copied
+        for _level, _type, data in anc:
+            _errno, origin, _kind, code, _pad, lo, hi = struct.unpack("=IBBBBII", data[:16])
+            if origin == _SO_EE_ORIGIN_ZEROCOPY:
+                done += hi - lo + 1
+                copied += (hi - lo + 1) if code & _SO_EE_CODE_ZEROCOPY_COPIED else 0
+        block = False
+
+
+def zerocopy_pair(zerocopy: bool, mib: int) -> dict[str, float]:
+    """1 MiB messages as 60 KiB UDP GSO sends (15 x 4096 B datagrams) from one buffer to a
+    UDP sink in another process, with or without MSG_ZEROCOPY. With it the buffer is not
+    reused before every send of the message has its notification (what the engine's
+    completion would have to wait for). Sender CPU per MiB and what the receiver got."""
+    import struct
+
+    ctx = mp.get_context("spawn")
+    rx_ip, tx_ip = _addresses()
+    ready, out_q = ctx.Queue(), ctx.Queue()
+    count = mib * 256
+    sink = ctx.Process(target=_sink, args=(rx_ip, 4096, count, ready, out_q))
+    sink.start()
+    port = ready.get(timeout=30)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+    sock.bind((tx_ip, 0))
+    sock.connect((rx_ip, port))
+    flags = 0
+    if zerocopy:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_ZEROCOPY, 1)
+        flags = _MSG_ZEROCOPY
+    buf = memoryview(bytearray(MIB))
+    cmsg = [(socket.IPPROTO_UDP, _UDP_SEGMENT, struct.pack("=H", 4096))]
+    done = copied = sent = 0
+    cpu0 = time.process_time()
+    for _ in range(mib):
+        for off in range(0, MIB, 61440):  # 15 datagrams: under the 65507-byte limit
+            while True:
+                try:
+                    sock.sendmsg([buf[off:off + 61440]], cmsg, flags)
+                    break
+                except OSError as exc:  # ENOBUFS: out of optmem for pinned pages
+                    if not zerocopy or exc.errno != 105:
+                        raise
+                    d, c = _zc_drain(sock, True)
+                    done, copied = done + d, copied + c
+            sent += 1
+        while zerocopy and done < sent:  # the buffer is reused: wait for its sends
+            d, c = _zc_drain(sock, True)
+            if not d:
+                break
+            done, copied = done + d, copied + c
+    cpu = time.process_time() - cpu0
+    r = out_q.get(timeout=120)
+    sink.join(10)
+    sock.close()
+    span = max(r["seconds"], 1e-9)
+    return {"mib_s": r["bytes"] / span / MIB, "loss": 1 - r["datagrams"] / count,
+            "cpu_ms_per_mib": cpu / mib * 1e3,
+            "copied": copied / sent if zerocopy and sent else 0.0}
+
+
 def iperf3_udp(size: int, seconds: float) -> dict[str, float] | None:
     if shutil.which("iperf3") is None:
         return None
@@ -410,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="smaller counts (smoke test)")
-    parser.add_argument("--only", choices=("bw", "gso", "lat", "rate", "zero"), default=None)
+    parser.add_argument("--only", choices=("bw", "gso", "zc", "lat", "rate", "zero"), default=None)
     parser.add_argument("--rx-mode", choices=("auto", "raw", "udp"), default="auto",
                         help="the soft backend's receive socket (auto: raw when permitted)")
     args = parser.parse_args(argv)
@@ -459,6 +546,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  sendmmsg/recvmmsg pair {_med(g['pair']):9.1f}")
         print(f"  iperf3 -u -b 0 -l 4096 {_med(g['iperf3']):9.1f}   GSO on/iperf3 "
               f"{_ratio(g['on'], g['iperf3'])}")
+
+    if args.only in (None, "zc"):
+        mib = int(512 * q)
+        z = _rounds(runs, {"copy": lambda: zerocopy_pair(False, mib),
+                           "zerocopy": lambda: zerocopy_pair(True, mib)}, "mib_s")
+        zl = dict(_LAST)
+        cpu = {k: [float(r["cpu_ms_per_mib"]) for r in v] for k, v in zl.items()}
+        print("\nMSG_ZEROCOPY: 1 MiB messages as 60 KiB GSO sends, buffer reused after its "
+              "notifications [MiB/s received; sender CPU ms per MiB]")
+        print(f"  copy                   {_med(z['copy']):9.1f}   CPU {_med(cpu['copy']):6.2f}")
+        print(f"  MSG_ZEROCOPY           {_med(z['zerocopy']):9.1f}   CPU "
+              f"{_med(cpu['zerocopy']):6.2f}   zerocopy/copy "
+              f"{_ratio(z['zerocopy'], z['copy'])}; sends the kernel copied anyway: "
+              f"{_med([float(r['copied']) for r in zl['zerocopy']]):.0%}")
 
     if args.only in (None, "lat"):
         n = int(4000 * q)
