@@ -286,8 +286,16 @@ typedef struct {
     uint8_t *truncated;
     uint32_t *src_ip;
     uint32_t *src_port;
+    /* where datagram i starts in buf; len, truncated, src_ip, src_port and off
+     * hold max_count entries (at least nslots) */
+    uint32_t *off;
+    uint32_t max_count;
+    /* gro: the socket has UDP_GRO on: buf is received in 65536-byte regions
+     * and each coalesced buffer is split at the UDP_GRO cmsg's segment size
+     * into datagrams (at most 64 a region; no copy: off points at them) */
+    int32_t gro;
 } netio_rx_ring;
-/* recvmmsg (non-blocking) into r; returns the count or -errno. */
+/* recvmmsg (non-blocking) into r; returns the datagram count or -errno. */
 int netio_rx_recv(int fd, netio_rx_ring *r);
 /* A QP's receive state as the engine left it. A message in progress: the next
  * MIDDLE packet (opcode middle_opcode, PSN expected_psn, from remote_ip with

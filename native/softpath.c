@@ -332,7 +332,83 @@ int netio_tx_send_gso(int fd, uint32_t dst_ip, const netio_tx_batch *b, uint32_t
     return (int)(done - start);
 }
 
+#ifndef UDP_GRO
+#define UDP_GRO 104 /* linux/udp.h */
+#endif
+#define GRO_REGION 65536u
+#define GRO_MAX_SEGS 64u /* UDP_GRO_CNT_MAX */
+
+/* UDP_GRO: recvmmsg into 64 KiB regions; each coalesced buffer (its segment size
+ * in the UDP_GRO cmsg; none: one datagram) becomes datagrams in place. */
+static int rx_recv_gro(int fd, netio_rx_ring *r) {
+    enum { MAXM = 64 };
+    struct mmsghdr msgs[MAXM];
+    struct iovec iov[MAXM];
+    struct sockaddr_in from[MAXM];
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } ctl[MAXM];
+    uint32_t n = (uint32_t)(((uint64_t)r->nslots * r->slot_bytes) / GRO_REGION);
+    if (n > r->max_count / GRO_MAX_SEGS)
+        n = r->max_count / GRO_MAX_SEGS;
+    if (n > MAXM)
+        n = MAXM;
+    if (n == 0)
+        return -ENOBUFS;
+    for (uint32_t i = 0; i < n; i++) {
+        iov[i].iov_base = r->buf + (size_t)i * GRO_REGION;
+        iov[i].iov_len = GRO_REGION;
+        memset(&msgs[i].msg_hdr, 0, sizeof msgs[i].msg_hdr);
+        msgs[i].msg_hdr.msg_iov = &iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+        msgs[i].msg_hdr.msg_name = &from[i];
+        msgs[i].msg_hdr.msg_namelen = sizeof from[i];
+        msgs[i].msg_hdr.msg_control = ctl[i].buf;
+        msgs[i].msg_hdr.msg_controllen = sizeof ctl[i].buf;
+    }
+    int got;
+    do {
+        got = recvmmsg(fd, msgs, n, MSG_DONTWAIT, NULL);
+    } while (got < 0 && errno == EINTR);
+    r->count = 0;
+    if (got < 0)
+        return -errno;
+    uint32_t c = 0;
+    for (int i = 0; i < got; i++) {
+        struct msghdr *h = &msgs[i].msg_hdr;
+        uint32_t len = msgs[i].msg_len;
+        uint32_t seg = len;
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(h); cm; cm = CMSG_NXTHDR(h, cm)) {
+            if (cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO) {
+                int v;
+                memcpy(&v, CMSG_DATA(cm), sizeof v);
+                if (v > 0)
+                    seg = (uint32_t)v;
+            }
+        }
+        uint8_t trunc = (h->msg_flags & MSG_TRUNC) != 0;
+        uint32_t off = 0;
+        do { /* a zero-length datagram is one entry too */
+            uint32_t take = len - off < seg ? len - off : seg;
+            if (c >= r->max_count)
+                return -ENOBUFS; /* cannot happen: n regions of at most 64 segments */
+            r->off[c] = (uint32_t)i * GRO_REGION + off;
+            r->len[c] = take;
+            r->truncated[c] = trunc;
+            r->src_ip[c] = ntohl(from[i].sin_addr.s_addr);
+            r->src_port[c] = ntohs(from[i].sin_port);
+            c++;
+            off += take;
+        } while (off < len && seg > 0);
+    }
+    r->count = c;
+    return (int)c;
+}
+
 int netio_rx_recv(int fd, netio_rx_ring *r) {
+    if (r->gro)
+        return rx_recv_gro(fd, r);
     struct mmsghdr msgs[256];
     struct iovec iov[256];
     struct sockaddr_in from[256];
@@ -354,6 +430,7 @@ int netio_rx_recv(int fd, netio_rx_ring *r) {
     if (got < 0)
         return -errno;
     for (int i = 0; i < got; i++) {
+        r->off[i] = (uint32_t)i * r->slot_bytes;
         r->len[i] = msgs[i].msg_len;
         r->truncated[i] = (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0;
         r->src_ip[i] = ntohl(from[i].sin_addr.s_addr);
@@ -367,7 +444,7 @@ int netio_rx_recv(int fd, netio_rx_ring *r) {
  * whole IPv4 packet); -1 when the slot is not a plain IPv4/UDP datagram. */
 static int slot_payload(const netio_rx_ring *r, uint32_t i, const uint8_t **p, uint32_t *n,
                         uint32_t *src_ip, uint32_t *src_port) {
-    const uint8_t *s = r->buf + (size_t)i * r->slot_bytes;
+    const uint8_t *s = r->buf + r->off[i];
     uint32_t len = r->len[i];
     if (r->truncated[i])
         return -1;

@@ -289,23 +289,36 @@ def build_run(qp: QpPort, wr: SendWr, length: int, npkts: int, k0: int, psn0: in
     return None
 
 
-class RxRing:
-    """``nslots`` receive slots of ``slot_bytes`` filled by one ``recvmmsg``."""
+_GRO_MAX_COUNT = 1024  # datagrams one GRO receive may yield (16 regions of up to 64)
+#: linux/udp.h
+UDP_GRO = 104
 
-    def __init__(self, nslots: int = 64, slot_bytes: int = 65536, *, raw: bool = False) -> None:
+
+class RxRing:
+    """``nslots`` receive slots of ``slot_bytes`` filled by one ``recvmmsg``. ``gro``: the
+    socket has ``UDP_GRO`` on; the buffer is then received in 64 KiB regions and the C side
+    splits each coalesced buffer back into its datagrams in place (up to 64 a region, so
+    ``count`` may exceed ``nslots``)."""
+
+    def __init__(self, nslots: int = 64, slot_bytes: int = 65536, *, raw: bool = False,
+                 gro: bool = False) -> None:
         ffi = native.ffi
         self.nslots = nslots
         self.slot_bytes = slot_bytes
         self.raw = raw
+        self.gro = gro
+        cap = max(nslots, _GRO_MAX_COUNT if gro else nslots)
         self._buf = ffi.new("uint8_t[]", nslots * slot_bytes)
-        self._len = ffi.new("uint32_t[]", nslots)
-        self._trunc = ffi.new("uint8_t[]", nslots)
-        self._src_ip = ffi.new("uint32_t[]", nslots)
-        self._src_port = ffi.new("uint32_t[]", nslots)
+        self._len = ffi.new("uint32_t[]", cap)
+        self._trunc = ffi.new("uint8_t[]", cap)
+        self._src_ip = ffi.new("uint32_t[]", cap)
+        self._src_port = ffi.new("uint32_t[]", cap)
+        self._off = ffi.new("uint32_t[]", cap)
         r = ffi.new("netio_rx_ring *")
         r.buf, r.slot_bytes, r.nslots, r.raw = self._buf, slot_bytes, nslots, int(raw)
         r.len, r.truncated, r.src_ip, r.src_port = (self._len, self._trunc, self._src_ip,
                                                     self._src_port)
+        r.off, r.max_count, r.gro = self._off, cap, int(gro)
         self.ring = r
         self.view = memoryview(ffi.buffer(self._buf))
 
@@ -324,6 +337,7 @@ class RxRing:
         for i, (data, src, port) in enumerate(datagrams):
             start = i * self.slot_bytes
             self.view[start:start + len(data)] = data
+            self._off[i] = start
             self._len[i] = len(data)
             self._trunc[i] = 0
             self._src_ip[i] = int(src)
@@ -331,7 +345,7 @@ class RxRing:
         self.ring.count = len(datagrams)
 
     def slot(self, i: int) -> memoryview:
-        start = i * self.slot_bytes
+        start = int(self._off[i])
         return self.view[start:start + int(self._len[i])]
 
     def source(self, i: int) -> tuple[ipaddress.IPv4Address, int]:
@@ -600,5 +614,5 @@ def small_run() -> TxRun:
     return TxRun(_SMALL_RUN_CAPACITY, 4 * _SMALL_RUN_CAPACITY + 1)
 
 
-__all__ = ["MAX_RUN_PACKETS", "CopyCounters", "RxPath", "RxRing", "TxRun", "TxScratch",
+__all__ = ["MAX_RUN_PACKETS", "UDP_GRO", "CopyCounters", "RxPath", "RxRing", "TxRun", "TxScratch",
            "build_run", "small_run"]

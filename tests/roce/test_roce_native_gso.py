@@ -8,7 +8,8 @@ times. Where a raw socket can be opened, it shows that GSO really went out as
 super-packets: over loopback a raw IPv4 socket sees the unsegmented GSO packet, so a
 message of FIRST (with RETH) + equal MIDDLEs + a shorter LAST is two IP packets with GSO
 (the FIRST alone; MIDDLEs and the LAST together, the kernel allowing only the last
-segment to be shorter, udp_send_skb) and one per datagram without.
+segment to be shorter, udp_send_skb) and one per datagram without. On receive, a ring
+on a ``UDP_GRO`` socket splits the coalesced buffers back into the same datagrams.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pytest
 from netio import native
 from netio.roce import Access, SendWr, WrOpcode
 from netio.roce.engine import OutgoingRun
+from netio.roce.native_path import UDP_GRO, RxRing
 from netio.roce.sim import connected_pair
 
 pytestmark = pytest.mark.skipif(native.lib is None, reason="needs the native module")
@@ -139,3 +141,37 @@ def test_grouping_rule_example() -> None:
     assert _gso_sends([b"x" * 1056] + [b"m" * 1040] * 4 + [b"l" * 316]) == 2
     assert _gso_sends([b"x" * 1056] + [b"m" * 1040] * 2 + [b"l" * 1044]) == 3
     assert _gso_sends([b"m" * 272] * 130) == 3  # 64 + 64 + 2
+
+
+def _ring_receive(ring: RxRing, sock: socket.socket, want: int) -> list[bytes]:
+    got: list[bytes] = []
+    while len(got) < want:
+        if not select.select([sock], [], [], 0.5)[0]:
+            break
+        n = ring.recv(sock.fileno())
+        assert n > 0
+        for i in range(n):
+            got.append(bytes(ring.slot(i)))
+    return got
+
+
+@pytest.mark.parametrize("gso", [False, True])
+def test_gro_ring_splits_back_into_the_sent_datagrams(gso: bool) -> None:
+    """A UDP_GRO socket gets coalesced buffers (over loopback a GSO send arrives whole); the
+    ring's split must give exactly the datagrams a plain socket gets, with their source."""
+    runs = _runs(WrOpcode.RDMA_WRITE, 200 * 1024 + 17, 1024, psn=5)  # 201 packets
+    expect = [p for r in runs for p in r.run.packets()]
+    rx = _receiver()
+    rx.setsockopt(socket.IPPROTO_UDP, UDP_GRO, 1)
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sender.bind(("127.0.0.1", 0))
+        ring = RxRing(64, 9216, gro=True)
+        _send(runs, gso, sender)
+        got = _ring_receive(ring, rx, len(expect))
+        assert got == expect
+        assert ring.source(0) == (ipaddress.IPv4Address("127.0.0.1"),
+                                  sender.getsockname()[1])
+    finally:
+        sender.close()
+        rx.close()

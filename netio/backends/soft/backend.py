@@ -28,7 +28,7 @@ from netio.backends.base import (
     Transport,
 )
 from netio.backends.soft.driver import DriverConfig, SoftRoceDriver
-from netio.backends.soft.sockets import GsoMode, RxMode
+from netio.backends.soft.sockets import OffloadMode, RxMode
 from netio.errors import IoError, RoceError
 from netio.roce.engine import CompletionQueue, RoceEngine, linger_ns
 from netio.roce.link import LinkFaults
@@ -231,13 +231,13 @@ class SoftBackend:
 
     def __init__(self, *, local_addr: str | None = None, rx_mode: RxMode | str = RxMode.AUTO,
                  faults: LinkFaults | None = None, fault_seed: int = 0,
-                 gso: GsoMode | str | None = None) -> None:
+                 gso: OffloadMode | str | None = None) -> None:
         self.pd = ProtectionDomain()
         try:
-            self._gso = None if gso is None else GsoMode(gso)  # None: $NETIO_SOFT_GSO
+            self._gso = None if gso is None else OffloadMode(gso)  # None: $NETIO_SOFT_GSO
         except ValueError:
             raise IoError(f"gso {gso!r} is not one of "
-                          f"{', '.join(m.value for m in GsoMode)}") from None
+                          f"{', '.join(m.value for m in OffloadMode)}") from None
         self._local_addr = local_addr
         try:
             self._rx_mode = RxMode(rx_mode)  # "auto", "raw", "udp" or the enum itself
@@ -284,7 +284,8 @@ class SoftBackend:
         if len(ips) > 1:
             notes.append("local addresses in use: " + ", ".join(map(str, ips)))
         for ip_, driver in self._drivers.items():
-            notes.append(f"UDP GSO on {ip_}: {driver.gso_reason}")  # diagnostics/doctor
+            notes.append(f"UDP GSO on {ip_}: {driver.gso_reason}; UDP GRO: "
+                         f"{driver.gro_reason}")  # diagnostics/doctor
         return Description(
             backend="soft", transport=Transport.ROCE, device="soft", port=1,
             gid=mapped_gid(ip) if ip is not None else "", gid_type="RoCEv2",

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from netio.backends.soft.rx_icrc import HeaderlessVerifier
 from netio.backends.soft.sockets import (
     ROCEV2_UDP_PORT,
-    GsoMode,
+    OffloadMode,
     RxMode,
     open_raw_receive_socket,
     open_send_socket,
@@ -47,7 +47,7 @@ from netio.backends.soft.sockets import (
 from netio.errors import DriverSocketError
 from netio.roce.engine import CompletionQueue, OutgoingDatagram, OutgoingRun, RoceEngine
 from netio.roce.link import FaultyLink, LinkFaults
-from netio.roce.native_path import RxRing
+from netio.roce.native_path import UDP_GRO, RxRing
 from netio.roce.qp import QueuePair
 from netio.roce.verbs import Completion, RecvWr, SendWr
 
@@ -79,23 +79,25 @@ class DriverConfig:
 
     ``local_ip``: the address to bind (IPv4; the engine's GID is
     ``::ffff:local_ip``). ``rx_mode``: see :class:`RxMode`. ``faults`` and
-    ``fault_seed``: the egress lossy link (None: a perfect link). ``gso``: see
-    :class:`GsoMode`."""
+    ``fault_seed``: the egress lossy link (None: a perfect link). ``gso``, ``gro``:
+    UDP GSO for native sends, UDP GRO for the native receive ring (UDP receive only; see
+    :class:`OffloadMode`)."""
 
     local_ip: ipaddress.IPv4Address
     rx_mode: RxMode = RxMode.AUTO
     faults: LinkFaults | None = None
     fault_seed: int = 0
-    gso: GsoMode | None = None  # None: $NETIO_SOFT_GSO ("off", "on", "auto"), else off
+    gso: OffloadMode | None = None  # None: $NETIO_SOFT_GSO ("off", "on", "auto"), else off
+    gro: OffloadMode | None = None  # None: $NETIO_SOFT_GRO, else off
 
 
-def _gso_mode(config: DriverConfig) -> GsoMode:
-    if config.gso is not None:
-        return config.gso
+def _mode(given: OffloadMode | None, variable: str) -> OffloadMode:
+    if given is not None:
+        return given
     try:
-        return GsoMode(os.environ.get("NETIO_SOFT_GSO", "off").lower())
+        return OffloadMode(os.environ.get(variable, "off").lower())
     except ValueError:
-        return GsoMode.OFF
+        return OffloadMode.OFF
 
 
 #: errnos of a GSO send the kernel or the route does not take (udp_send_skb: EINVAL,
@@ -179,6 +181,8 @@ class SoftRoceDriver:
         self._linger_handle: asyncio.TimerHandle | None = None
         self.gso = False  # native runs go out with UDP GSO
         self.gso_reason = "off"  # why it is on or off (diagnostics)
+        self.gro = False  # the UDP receive socket coalesces (UDP_GRO), the ring splits
+        self.gro_reason = "off"
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -186,11 +190,12 @@ class SoftRoceDriver:
     async def open(cls, local_ip: ipaddress.IPv4Address | str, *,
                    rx_mode: RxMode = RxMode.AUTO, faults: LinkFaults | None = None,
                    fault_seed: int = 0, verify_icrc: bool = True,
-                   gso: GsoMode | None = None) -> SoftRoceDriver:
+                   gso: OffloadMode | None = None,
+                   gro: OffloadMode | None = None) -> SoftRoceDriver:
         """A new engine for ``local_ip`` and its driver, started on the running loop."""
         ip = ipaddress.IPv4Address(str(local_ip))
         engine = RoceEngine(ip, verify_icrc=verify_icrc)
-        driver = cls(engine, DriverConfig(ip, rx_mode, faults, fault_seed, gso))
+        driver = cls(engine, DriverConfig(ip, rx_mode, faults, fault_seed, gso, gro))
         driver.start()
         return driver
 
@@ -219,7 +224,9 @@ class SoftRoceDriver:
         rx = raw if raw is not None else self._udp_sock
         self._resolve_gso()
         if self.engine.native:
-            self._ring = RxRing(_RING_SLOTS, _RING_SLOT_BYTES, raw=raw is not None)
+            self._resolve_gro()
+            self._ring = RxRing(_RING_SLOTS, _RING_SLOT_BYTES, raw=raw is not None,
+                                gro=self.gro)
         loop.add_reader(rx.fileno(), self._on_readable)
 
     def linger(self, until_ns: int) -> None:
@@ -466,12 +473,12 @@ class SoftRoceDriver:
             self._send(d)
 
     def _resolve_gso(self) -> None:
-        mode = _gso_mode(self.config)
-        if mode is GsoMode.OFF or not self.engine.native:
-            self.gso, self.gso_reason = False, ("off" if mode is GsoMode.OFF
+        mode = _mode(self.config.gso, "NETIO_SOFT_GSO")
+        if mode is OffloadMode.OFF or not self.engine.native:
+            self.gso, self.gso_reason = False, ("off" if mode is OffloadMode.OFF
                                                 else "off: no native path")
             return
-        if mode is GsoMode.AUTO and self.rx_mode is not RxMode.UDP:
+        if mode is OffloadMode.AUTO and self.rx_mode is not RxMode.UDP:
             self.gso, self.gso_reason = False, "auto: off with raw receive"
             return
         probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -480,6 +487,23 @@ class SoftRoceDriver:
         finally:
             probe.close()
         self.gso, self.gso_reason = (False, f"off: {why}") if why else (True, "on")
+
+    def _resolve_gro(self) -> None:
+        """UDP_GRO on the UDP receive socket (only the native ring splits what it
+        coalesces; a raw socket gets no GRO)."""
+        mode = _mode(self.config.gro, "NETIO_SOFT_GRO")
+        if mode is OffloadMode.OFF:
+            self.gro, self.gro_reason = False, "off"
+            return
+        if self.rx_mode is not RxMode.UDP or self._udp_sock is None:
+            self.gro, self.gro_reason = False, "off: raw receive"
+            return
+        try:
+            self._udp_sock.setsockopt(socket.IPPROTO_UDP, UDP_GRO, 1)
+        except OSError as exc:
+            self.gro, self.gro_reason = False, f"off: setsockopt(UDP_GRO) failed: {exc}"
+            return
+        self.gro, self.gro_reason = True, "on"
 
     def _send_socket(self, src_port: int, tos: int) -> socket.socket:
         key = (src_port, tos)

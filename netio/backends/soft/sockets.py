@@ -58,7 +58,7 @@ class RxMode(enum.Enum):
     UDP = "udp"
 
 
-class GsoMode(enum.Enum):
+class OffloadMode(enum.Enum):
     """Whether native runs go out with UDP GSO (``UDP_SEGMENT``; see
     ``netio/roce/native_path.py``)."""
 
