@@ -17,8 +17,9 @@ Every netio figure uses the public API (``netio.open("soft", local_addr=...)``,
   floor of any asyncio design), with the client's CPU time per round trip;
 * message rate: 64 B WRITE and SEND posted in batches against the C pair with 64 B
   datagrams;
-* UDP GSO: the 1 MiB WRITE with the soft backend's ``gso`` off and on (UDP receive on
-  both sides), against the same pair and iperf3;
+* UDP GSO/GRO: the 1 MiB WRITE with the soft driver's ``gso`` and ``gro`` off and on
+  (``NETIO_SOFT_GSO``/``NETIO_SOFT_GRO``; UDP receive on both sides), against the same
+  pair and iperf3;
 * MSG_ZEROCOPY: 1 MiB messages as 60 KiB GSO sends with and without it (a plain UDP
   pair, not the engine: whether it could pay at all here);
 * native against pure (``NETIO_PURE=1``): the same workloads;
@@ -59,9 +60,10 @@ def _addresses() -> tuple[str, str]:
             str(ipaddress.IPv4Address((127 << 24) | base | 2)))
 
 
-def _env(pure: bool, gso: str = "off") -> None:
+def _env(pure: bool, gso: str = "off", gro: str = "off") -> None:
     # netio.open does not take the soft driver's gso option: the driver reads it here
     os.environ["NETIO_SOFT_GSO"] = gso
+    os.environ["NETIO_SOFT_GRO"] = gro
     if pure:
         os.environ["NETIO_PURE"] = "1"
     else:
@@ -89,7 +91,7 @@ def _profiled(role: str, main: Callable[[], Any]) -> None:
 
 
 def _server(job: dict[str, Any], ip: str, port_q: Any, out_q: Any) -> None:
-    _env(job["pure"], job.get("gso", "off"))
+    _env(job["pure"], job.get("gso", "off"), job.get("gro", "off"))
 
     async def main() -> None:
         import numpy as np
@@ -142,7 +144,7 @@ def _server(job: dict[str, Any], ip: str, port_q: Any, out_q: Any) -> None:
 
 
 def _client(job: dict[str, Any], ip: str, server_ip: str, port: int, out_q: Any) -> None:
-    _env(job["pure"], job.get("gso", "off"))
+    _env(job["pure"], job.get("gso", "off"), job.get("gro", "off"))
 
     async def main() -> None:
         import numpy as np
@@ -534,15 +536,20 @@ def main(argv: list[str] | None = None) -> int:
         g = _rounds(runs, {
             "off": lambda: netio_run({**gso_job, "gso": "off"}),
             "on": lambda: netio_run({**gso_job, "gso": "on"}),
+            "gro": lambda: netio_run({**gso_job, "gro": "on"}),
+            "both": lambda: netio_run({**gso_job, "gso": "on", "gro": "on"}),
             "pair": lambda: udp_pair(4096, mib * 256),
             "iperf3": lambda: iperf3_udp(4096, 3 * q + 1),
         }, "mib_s")
-        print("\n1 MiB RC WRITE bandwidth, UDP receive, UDP GSO off/on [MiB/s] (GRO: not "
-              "implemented)")
+        print("\n1 MiB RC WRITE bandwidth, UDP receive, UDP GSO and GRO off/on [MiB/s]")
         print(f"  netio GSO off          {_med(g['off']):9.1f}   netio/pair "
               f"{_ratio(g['off'], g['pair'])}")
         print(f"  netio GSO on           {_med(g['on']):9.1f}   on/off "
               f"{_ratio(g['on'], g['off'])}   netio/pair {_ratio(g['on'], g['pair'])}")
+        print(f"  netio GRO on           {_med(g['gro']):9.1f}   gro/off "
+              f"{_ratio(g['gro'], g['off'])}")
+        print(f"  netio GSO+GRO on       {_med(g['both']):9.1f}   both/off "
+              f"{_ratio(g['both'], g['off'])}   both/GSO {_ratio(g['both'], g['on'])}")
         print(f"  sendmmsg/recvmmsg pair {_med(g['pair']):9.1f}")
         print(f"  iperf3 -u -b 0 -l 4096 {_med(g['iperf3']):9.1f}   GSO on/iperf3 "
               f"{_ratio(g['on'], g['iperf3'])}")
