@@ -17,6 +17,8 @@ from __future__ import annotations
 import ipaddress
 import select
 import socket
+import struct
+import zlib
 
 import pytest
 
@@ -88,6 +90,7 @@ def test_gso_sends_the_same_datagrams_as_sendmmsg(opcode: WrOpcode, length: int,
                                                    mtu: int) -> None:
     runs = _runs(opcode, length, mtu, psn=0xFFFFF0)
     expect = [p for r in runs for p in r.run.packets()]
+    sport = runs[0].src_udp_port
     rx = _receiver()
     raw = _raw()
     sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -99,7 +102,14 @@ def test_gso_sends_the_same_datagrams_as_sendmmsg(opcode: WrOpcode, length: int,
                 _drain(raw, None)
             _send(runs, gso, sender)
             got = _drain(rx, len(expect))
-            assert got == expect, f"gso={gso}"
+            assert len(got) == len(expect), f"gso={gso}"
+            # The kernel numbers the segments of a GSO send with IPv4 IDs 0, 1, ...; the
+            # ICRC covers the ID, so packet k of a group carries the ICRC for ID k.
+            ids = _gso_ids(expect) if gso else [0] * len(expect)
+            for g, e, ip_id in zip(got, expect, ids, strict=True):
+                assert g[:-4] == e[:-4]
+                assert int.from_bytes(g[-4:], "little") == _icrc("10.0.0.1", "10.0.0.2",
+                                                                 sport, g, ip_id)
             if raw is not None:
                 seen = [p for p in _drain(raw, None)
                         if p[16:20] == ipaddress.IPv4Address(_DST).packed]
@@ -107,6 +117,7 @@ def test_gso_sends_the_same_datagrams_as_sendmmsg(opcode: WrOpcode, length: int,
         if raw is not None:
             assert ip_packets[False] == len(expect)
             assert ip_packets[True] == _gso_sends(expect)
+        assert [p for r in runs for p in r.run.packets()] == expect  # the run is unchanged
     finally:
         sender.close()
         rx.close()
@@ -114,24 +125,53 @@ def test_gso_sends_the_same_datagrams_as_sendmmsg(opcode: WrOpcode, length: int,
             raw.close()
 
 
+def _icrc(src: str, dst: str, sport: int, udp_payload: bytes, ip_id: int) -> int:
+    """IBTA A17.3.3 written out: CRC-32 over 8 bytes of ones, the IPv4 header (ID ``ip_id``,
+    DF) with TOS, TTL and checksum set to ones, the UDP header with checksum ones, the BTH
+    with byte 4 set to ones, the rest without the ICRC."""
+    udp_len = 8 + len(udp_payload)
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0xFF, 20 + udp_len, ip_id, 0x4000, 0xFF, 17,
+                     0xFFFF, ipaddress.IPv4Address(src).packed,
+                     ipaddress.IPv4Address(dst).packed)
+    udp = struct.pack("!HHHH", sport, 4791, udp_len, 0xFFFF)
+    bth = bytearray(udp_payload[:12])
+    bth[4] = 0xFF
+    return zlib.crc32(b"\xff" * 8 + ip + udp + bytes(bth) + udp_payload[12:-4])
+
+
+def _gso_ids(packets: list[bytes]) -> list[int]:
+    """Each packet's place in its GSO send (the rule of _gso_sends): its IPv4 ID."""
+    ids: list[int] = []
+    i = 0
+    while i < len(packets):
+        n = _group(packets, i)
+        ids += list(range(n))
+        i += n
+    return ids
+
+
+def _group(packets: list[bytes], i: int) -> int:
+    """How many packets from ``i`` go in one GSO send: equal sizes then at most one
+    shorter, at most 64 segments and 65507 bytes (udp_send_skb's limits)."""
+    size = len(packets[i])
+    n, total = 1, size
+    while i + n < len(packets) and n < 64:
+        nxt = len(packets[i + n])
+        if nxt > size or total + nxt > 65507:
+            break
+        n += 1
+        total += nxt
+        if nxt < size:
+            break
+    return n
+
+
 def _gso_sends(packets: list[bytes]) -> int:
-    """The sends the grouping rule written out above makes of ``packets``: a group is equal
-    sizes then at most one shorter, at most 64 segments and 65507 bytes."""
     sends = 0
     i = 0
     while i < len(packets):
-        size = len(packets[i])
-        n, total = 1, size
-        while i + n < len(packets) and n < 64:
-            nxt = len(packets[i + n])
-            if nxt > size or total + nxt > 65507:
-                break
-            n += 1
-            total += nxt
-            if nxt < size:
-                break
+        i += _group(packets, i)
         sends += 1
-        i += n
     return sends
 
 
@@ -167,6 +207,10 @@ def test_gro_ring_splits_back_into_the_sent_datagrams(gso: bool) -> None:
     try:
         sender.bind(("127.0.0.1", 0))
         ring = RxRing(64, 9216, gro=True)
+        if gso:  # what a plain socket gets: packet k of a GSO send has IPv4 ID k
+            sport = runs[0].src_udp_port
+            expect = [e[:-4] + _icrc("10.0.0.1", "10.0.0.2", sport, e, k).to_bytes(4, "little")
+                      for e, k in zip(expect, _gso_ids(expect), strict=True)]
         _send(runs, gso, sender)
         got = _ring_receive(ring, rx, len(expect))
         assert got == expect
