@@ -17,22 +17,25 @@ case; this module only takes over the packets whose handling is fixed arithmetic
   (FIRST and LAST packets, NAKs, READ, atomics, errors, duplicates, gaps) goes to the
   engine.
 
-UDP GSO and GRO are options of the soft driver (``gso``/``gro``: off, on, auto; default
-off, or ``$NETIO_SOFT_GSO``/``$NETIO_SOFT_GRO``). GSO (:meth:`TxRun.send`): each run of
-equal-size packets (the MIDDLE packets of a message, and the LAST when it is not larger;
-the FIRST carries a RETH and goes alone) leaves as one ``sendmsg`` with a
-``UDP_SEGMENT`` cmsg, still as iovecs into the registered memory; the kernel cuts it
-back into the same datagrams (tests/roce/test_roce_native_gso.py). GRO (:class:`RxRing`
-``gro``): the UDP receive socket has ``UDP_GRO`` on and the ring splits each coalesced
-buffer at the cmsg's segment size in place. Measured (bench/bench_soft.py, loopback,
-1 MiB WRITEs, UDP receive, load ~2.5): GSO 4.4x the sendmmsg path, GSO with GRO 7.1x;
-GRO alone 1.0x (loopback coalesces nothing but GSO sends). Off by default because a GSO
-send over loopback (or veth) reaches a *raw* socket as one unsegmented IPv4 packet (three
-1000-byte segments arrived as one 2928-byte packet), so a peer in raw receive mode, and
-any capture, would see super-packets; UDP sockets and the kernel's rxe see the segments.
-``auto`` turns GSO on only where this driver receives on a UDP socket (peers on one host
-tend to share the mode). ``MSG_ZEROCOPY`` is not used: on loopback the kernel copied
-every send anyway and 1 MiB messages went at 0.65x the copying send (bench_soft ``zc``).
+UDP GSO and GRO are options of the soft driver (``gso``/``gro``: off, on, auto; or
+``$NETIO_SOFT_GSO``/``$NETIO_SOFT_GRO``; both off by default). GSO
+(:meth:`TxRun.send`): each run of equal-size packets (the MIDDLE packets of a message,
+and the LAST when it is not larger; the FIRST carries a RETH and goes alone) leaves as
+one ``sendmsg`` with a ``UDP_SEGMENT`` cmsg, still as iovecs into the registered memory;
+the kernel cuts it back into the same datagrams, numbering their IPv4 IDs 0, 1, ... (the
+ICRC covers the ID, so packet k of a send carries the ICRC for ID k; without that kernel
+rxe dropped all but the first). GRO (:class:`RxRing` ``gro``; UDP receive only): the
+socket has ``UDP_GRO`` on and the ring splits each coalesced buffer at the cmsg's segment
+size in place. Measured (bench/bench_soft.py, loopback, 1 MiB WRITEs, UDP receive, load
+1.4): GSO 1.85x the sendmmsg path, GRO alone 1.12x, both 2.13x. GRO stays off by default:
+with it on, tests/test_soft_driver.py's lossy-link test (UDP receive, delayed datagrams)
+fails with a retry error, cause not yet found. GSO stays off by default because a GSO
+send over loopback (or veth) reaches a *raw* socket as one unsegmented IPv4 packet, so a peer on the same host in raw receive mode (the default as
+root), and any capture there, would see super-packets; UDP sockets and the kernel's rxe
+(lab interop with GSO on: 49 passed) see the segments. ``auto`` turns GSO on only where
+this driver itself receives on a UDP socket. ``MSG_ZEROCOPY`` is not used: on loopback the
+kernel copied every send anyway and 1 MiB messages went at 0.73x the copying send
+(bench_soft ``zc``).
 
 Copies are counted (:class:`CopyCounters`): payload bytes moved by netio in user space
 on top of the kernel's one copy between socket and user memory.

@@ -91,13 +91,13 @@ class DriverConfig:
     gro: OffloadMode | None = None  # None: $NETIO_SOFT_GRO, else off
 
 
-def _mode(given: OffloadMode | None, variable: str) -> OffloadMode:
+def _mode(given: OffloadMode | None, variable: str, default: OffloadMode) -> OffloadMode:
     if given is not None:
         return given
     try:
-        return OffloadMode(os.environ.get(variable, "off").lower())
+        return OffloadMode(os.environ.get(variable, default.value).lower())
     except ValueError:
-        return OffloadMode.OFF
+        return default
 
 
 #: errnos of a GSO send the kernel or the route does not take (udp_send_skb: EINVAL,
@@ -473,7 +473,7 @@ class SoftRoceDriver:
             self._send(d)
 
     def _resolve_gso(self) -> None:
-        mode = _mode(self.config.gso, "NETIO_SOFT_GSO")
+        mode = _mode(self.config.gso, "NETIO_SOFT_GSO", OffloadMode.OFF)
         if mode is OffloadMode.OFF or not self.engine.native:
             self.gso, self.gso_reason = False, ("off" if mode is OffloadMode.OFF
                                                 else "off: no native path")
@@ -491,7 +491,9 @@ class SoftRoceDriver:
     def _resolve_gro(self) -> None:
         """UDP_GRO on the UDP receive socket (only the native ring splits what it
         coalesces; a raw socket gets no GRO)."""
-        mode = _mode(self.config.gro, "NETIO_SOFT_GRO")
+        # off by default: test_exactly_once_through_the_lossy_link (UDP receive, delayed
+        # datagrams) fails with it on, cause not found yet
+        mode = _mode(self.config.gro, "NETIO_SOFT_GRO", OffloadMode.OFF)
         if mode is OffloadMode.OFF:
             self.gro, self.gro_reason = False, "off"
             return

@@ -59,13 +59,15 @@ class RxMode(enum.Enum):
 
 
 class OffloadMode(enum.Enum):
-    """Whether native runs go out with UDP GSO (``UDP_SEGMENT``; see
-    ``netio/roce/native_path.py``)."""
+    """Whether native runs go out with UDP GSO (``UDP_SEGMENT``) and whether the native
+    receive ring takes UDP GRO buffers (``UDP_GRO``); see ``netio/roce/native_path.py``."""
 
     OFF = "off"
-    ON = "on"  # whenever the kernel takes it (probed; falls back on the first refusal)
-    AUTO = "auto"  # ON when this driver receives on a UDP socket (peers on one host
-    # share the mode, and a raw receiver on loopback/veth would see unsegmented packets)
+    ON = "on"  # GSO: whenever the kernel takes it (probed; falls back on the first
+    # refusal); GRO: with UDP receive (a raw socket gets no GRO)
+    AUTO = "auto"  # ON when this driver receives on a UDP socket (GSO: peers on one host
+    # tend to share the mode, and a raw receiver on loopback/veth would see unsegmented
+    # packets)
 
 
 #: linux/udp.h
