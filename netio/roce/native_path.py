@@ -30,8 +30,9 @@ size in place. Measured (bench/bench_soft.py, loopback, 1 MiB WRITEs, UDP receiv
 1.4): GSO 1.85x the sendmmsg path, GRO alone 1.12x, both 2.13x. GRO stays off by default:
 with it on, tests/test_soft_driver.py's lossy-link test (UDP receive, delayed datagrams)
 fails with a retry error, cause not yet found. GSO stays off by default because a GSO
-send over loopback (or veth) reaches a *raw* socket as one unsegmented IPv4 packet, so a peer on the same host in raw receive mode (the default as
-root), and any capture there, would see super-packets; UDP sockets and the kernel's rxe
+send over loopback (or veth) reaches a *raw* socket as one unsegmented IPv4 packet, so a
+peer on the same host in raw receive mode (the default as root), and any capture there,
+would see super-packets; UDP sockets and the kernel's rxe
 (lab interop with GSO on: 49 passed) see the segments. ``auto`` turns GSO on only where
 this driver itself receives on a UDP socket. ``MSG_ZEROCOPY`` is not used: on loopback the
 kernel copied every send anyway and 1 MiB messages went at 0.73x the copying send
