@@ -17,6 +17,11 @@ Every netio figure uses the public API (``netio.open("soft", local_addr=...)``,
   floor of any asyncio design), with the client's CPU time per round trip;
 * message rate: 64 B WRITE and SEND posted in batches against the C pair with 64 B
   datagrams;
+* UDP GSO/GRO: the 1 MiB WRITE with the soft driver's ``gso`` and ``gro`` off and on
+  (``NETIO_SOFT_GSO``/``NETIO_SOFT_GRO``; UDP receive on both sides), against the same
+  pair and iperf3;
+* MSG_ZEROCOPY: 1 MiB messages as 60 KiB GSO sends with and without it (a plain UDP
+  pair, not the engine: whether it could pay at all here);
 * native against pure (``NETIO_PURE=1``): the same workloads;
 * zero copy: one WRITE into a registered numpy array, its address before and after,
   and copies per payload byte from the engines' counters.
@@ -55,7 +60,10 @@ def _addresses() -> tuple[str, str]:
             str(ipaddress.IPv4Address((127 << 24) | base | 2)))
 
 
-def _env(pure: bool) -> None:
+def _env(pure: bool, gso: str = "off", gro: str = "off") -> None:
+    # netio.open does not take the soft driver's gso option: the driver reads it here
+    os.environ["NETIO_SOFT_GSO"] = gso
+    os.environ["NETIO_SOFT_GRO"] = gro
     if pure:
         os.environ["NETIO_PURE"] = "1"
     else:
@@ -83,7 +91,7 @@ def _profiled(role: str, main: Callable[[], Any]) -> None:
 
 
 def _server(job: dict[str, Any], ip: str, port_q: Any, out_q: Any) -> None:
-    _env(job["pure"])
+    _env(job["pure"], job.get("gso", "off"), job.get("gro", "off"))
 
     async def main() -> None:
         import numpy as np
@@ -136,7 +144,7 @@ def _server(job: dict[str, Any], ip: str, port_q: Any, out_q: Any) -> None:
 
 
 def _client(job: dict[str, Any], ip: str, server_ip: str, port: int, out_q: Any) -> None:
-    _env(job["pure"])
+    _env(job["pure"], job.get("gso", "off"), job.get("gro", "off"))
 
     async def main() -> None:
         import numpy as np
@@ -257,6 +265,91 @@ def udp_pair(size: int, count: int) -> dict[str, float]:
     span = max(r["seconds"], 1e-9)
     return {"mib_s": r["bytes"] / span / MIB, "msg_s": r["datagrams"] / span,
             "loss": 1 - r["datagrams"] / count}
+
+
+_SO_ZEROCOPY = 60  # asm-generic/socket.h
+_MSG_ZEROCOPY = 0x4000000
+_UDP_SEGMENT = 103
+_SO_EE_ORIGIN_ZEROCOPY = 5
+_SO_EE_CODE_ZEROCOPY_COPIED = 1
+
+
+def _zc_drain(sock: socket.socket, block: bool) -> tuple[int, int]:
+    """Zero-copy notifications on the error queue: (sends completed, sends the kernel
+    reported as copied after all)."""
+    import select
+    import struct
+
+    done = copied = 0
+    while True:
+        if block:  # the error queue shows as POLLERR (select's sets would not)
+            poller = select.poll()
+            poller.register(sock, select.POLLERR)
+            if not poller.poll(5000):
+                return done, copied
+        try:
+            _, anc, _, _ = sock.recvmsg(0, 256, socket.MSG_ERRQUEUE | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return done, copied
+        for _level, _type, data in anc:
+            _errno, origin, _kind, code, _pad, lo, hi = struct.unpack("=IBBBBII", data[:16])
+            if origin == _SO_EE_ORIGIN_ZEROCOPY:
+                done += hi - lo + 1
+                copied += (hi - lo + 1) if code & _SO_EE_CODE_ZEROCOPY_COPIED else 0
+        block = False
+
+
+def zerocopy_pair(zerocopy: bool, mib: int) -> dict[str, float]:
+    """1 MiB messages as 60 KiB UDP GSO sends (15 x 4096 B datagrams) from one buffer to a
+    UDP sink in another process, with or without MSG_ZEROCOPY. With it the buffer is not
+    reused before every send of the message has its notification (what the engine's
+    completion would have to wait for). Sender CPU per MiB and what the receiver got."""
+    import struct
+
+    ctx = mp.get_context("spawn")
+    rx_ip, tx_ip = _addresses()
+    ready, out_q = ctx.Queue(), ctx.Queue()
+    count = mib * 256
+    sink = ctx.Process(target=_sink, args=(rx_ip, 4096, count, ready, out_q))
+    sink.start()
+    port = ready.get(timeout=30)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+    sock.bind((tx_ip, 0))
+    sock.connect((rx_ip, port))
+    flags = 0
+    if zerocopy:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_ZEROCOPY, 1)
+        flags = _MSG_ZEROCOPY
+    buf = memoryview(bytearray(MIB))
+    cmsg = [(socket.IPPROTO_UDP, _UDP_SEGMENT, struct.pack("=H", 4096))]
+    done = copied = sent = 0
+    cpu0 = time.process_time()
+    for _ in range(mib):
+        for off in range(0, MIB, 61440):  # 15 datagrams: under the 65507-byte limit
+            while True:
+                try:
+                    sock.sendmsg([buf[off:off + 61440]], cmsg, flags)
+                    break
+                except OSError as exc:  # ENOBUFS: out of optmem for pinned pages
+                    if not zerocopy or exc.errno != 105:
+                        raise
+                    d, c = _zc_drain(sock, True)
+                    done, copied = done + d, copied + c
+            sent += 1
+        while zerocopy and done < sent:  # the buffer is reused: wait for its sends
+            d, c = _zc_drain(sock, True)
+            if not d:
+                break
+            done, copied = done + d, copied + c
+    cpu = time.process_time() - cpu0
+    r = out_q.get(timeout=120)
+    sink.join(10)
+    sock.close()
+    span = max(r["seconds"], 1e-9)
+    return {"mib_s": r["bytes"] / span / MIB, "loss": 1 - r["datagrams"] / count,
+            "cpu_ms_per_mib": cpu / mib * 1e3,
+            "copied": copied / sent if zerocopy and sent else 0.0}
 
 
 def iperf3_udp(size: int, seconds: float) -> dict[str, float] | None:
@@ -406,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="smaller counts (smoke test)")
-    parser.add_argument("--only", choices=("bw", "lat", "rate", "zero"), default=None)
+    parser.add_argument("--only", choices=("bw", "gso", "zc", "lat", "rate", "zero"), default=None)
     parser.add_argument("--rx-mode", choices=("auto", "raw", "udp"), default="auto",
                         help="the soft backend's receive socket (auto: raw when permitted)")
     args = parser.parse_args(argv)
@@ -434,6 +527,46 @@ def main(argv: list[str] | None = None) -> int:
               f"{_ratio(bw['native'], bw['pair'])}")
         print(f"  iperf3 -u -b 0 -l 4096 {_med(bw['iperf3']):9.1f}   netio/iperf3 "
               f"{_ratio(bw['native'], bw['iperf3'])}")
+
+    if args.only in (None, "gso"):
+        mib = int(512 * q)
+        # UDP receive on both sides: a raw receiver would see GSO super-packets whole
+        gso_job = {**base, "rx_mode": "udp", "kind": "write_bw", "size": MIB, "count": mib,
+                   "batch": 4, "batches_in_flight": 2, "pure": False}
+        g = _rounds(runs, {
+            "off": lambda: netio_run({**gso_job, "gso": "off"}),
+            "on": lambda: netio_run({**gso_job, "gso": "on"}),
+            "gro": lambda: netio_run({**gso_job, "gro": "on"}),
+            "both": lambda: netio_run({**gso_job, "gso": "on", "gro": "on"}),
+            "pair": lambda: udp_pair(4096, mib * 256),
+            "iperf3": lambda: iperf3_udp(4096, 3 * q + 1),
+        }, "mib_s")
+        print("\n1 MiB RC WRITE bandwidth, UDP receive, UDP GSO and GRO off/on [MiB/s]")
+        print(f"  netio GSO off          {_med(g['off']):9.1f}   netio/pair "
+              f"{_ratio(g['off'], g['pair'])}")
+        print(f"  netio GSO on           {_med(g['on']):9.1f}   on/off "
+              f"{_ratio(g['on'], g['off'])}   netio/pair {_ratio(g['on'], g['pair'])}")
+        print(f"  netio GRO on           {_med(g['gro']):9.1f}   gro/off "
+              f"{_ratio(g['gro'], g['off'])}")
+        print(f"  netio GSO+GRO on       {_med(g['both']):9.1f}   both/off "
+              f"{_ratio(g['both'], g['off'])}   both/GSO {_ratio(g['both'], g['on'])}")
+        print(f"  sendmmsg/recvmmsg pair {_med(g['pair']):9.1f}")
+        print(f"  iperf3 -u -b 0 -l 4096 {_med(g['iperf3']):9.1f}   GSO on/iperf3 "
+              f"{_ratio(g['on'], g['iperf3'])}")
+
+    if args.only in (None, "zc"):
+        mib = int(512 * q)
+        z = _rounds(runs, {"copy": lambda: zerocopy_pair(False, mib),
+                           "zerocopy": lambda: zerocopy_pair(True, mib)}, "mib_s")
+        zl = dict(_LAST)
+        cpu = {k: [float(r["cpu_ms_per_mib"]) for r in v] for k, v in zl.items()}
+        print("\nMSG_ZEROCOPY: 1 MiB messages as 60 KiB GSO sends, buffer reused after its "
+              "notifications [MiB/s received; sender CPU ms per MiB]")
+        print(f"  copy                   {_med(z['copy']):9.1f}   CPU {_med(cpu['copy']):6.2f}")
+        print(f"  MSG_ZEROCOPY           {_med(z['zerocopy']):9.1f}   CPU "
+              f"{_med(cpu['zerocopy']):6.2f}   zerocopy/copy "
+              f"{_ratio(z['zerocopy'], z['copy'])}; sends the kernel copied anyway: "
+              f"{_med([float(r['copied']) for r in zl['zerocopy']]):.0%}")
 
     if args.only in (None, "lat"):
         n = int(4000 * q)

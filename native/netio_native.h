@@ -280,6 +280,11 @@ int netio_tx_ack(netio_tx_batch *b, uint32_t src_ip, uint32_t dst_ip, uint32_t s
 /* sendmmsg packets start.. of b to dst_ip:4791; returns how many went, or
  * -errno when none did. */
 int netio_tx_send(int fd, uint32_t dst_ip, const netio_tx_batch *b, uint32_t start);
+/* As netio_tx_send, but each run of equal-size packets (then at most one
+ * shorter) goes as one datagram with a UDP_SEGMENT cmsg (UDP GSO: the kernel
+ * cuts it back into those packets), at most 64 packets and 65507 bytes a run;
+ * the rest go alone. Same return. */
+int netio_tx_send_gso(int fd, uint32_t dst_ip, const netio_tx_batch *b, uint32_t start);
 /* A receive ring: nslots slots of slot_bytes; after netio_rx_recv, count
  * datagrams with their length, truncation flag and source (host order). raw:
  * the slots hold whole IPv4 packets (raw socket). */
@@ -293,8 +298,16 @@ typedef struct {
     uint8_t *truncated;
     uint32_t *src_ip;
     uint32_t *src_port;
+    /* where datagram i starts in buf; len, truncated, src_ip, src_port and off
+     * hold max_count entries (at least nslots) */
+    uint32_t *off;
+    uint32_t max_count;
+    /* gro: the socket has UDP_GRO on: buf is received in 65536-byte regions
+     * and each coalesced buffer is split at the UDP_GRO cmsg's segment size
+     * into datagrams (at most 64 a region; no copy: off points at them) */
+    int32_t gro;
 } netio_rx_ring;
-/* recvmmsg (non-blocking) into r; returns the count or -errno. */
+/* recvmmsg (non-blocking) into r; returns the datagram count or -errno. */
 int netio_rx_recv(int fd, netio_rx_ring *r);
 /* A QP's receive state as the engine left it. A message in progress: the next
  * MIDDLE packet (opcode middle_opcode, PSN expected_psn, from remote_ip with

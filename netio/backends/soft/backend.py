@@ -28,7 +28,7 @@ from netio.backends.base import (
     Transport,
 )
 from netio.backends.soft.driver import DriverConfig, SoftRoceDriver
-from netio.backends.soft.sockets import RxMode
+from netio.backends.soft.sockets import OffloadMode, RxMode
 from netio.errors import IoError, RoceError
 from netio.roce.engine import CompletionQueue, RoceEngine, linger_ns
 from netio.roce.link import LinkFaults
@@ -230,8 +230,14 @@ class SoftBackend:
     transport = Transport.ROCE
 
     def __init__(self, *, local_addr: str | None = None, rx_mode: RxMode | str = RxMode.AUTO,
-                 faults: LinkFaults | None = None, fault_seed: int = 0) -> None:
+                 faults: LinkFaults | None = None, fault_seed: int = 0,
+                 gso: OffloadMode | str | None = None) -> None:
         self.pd = ProtectionDomain()
+        try:
+            self._gso = None if gso is None else OffloadMode(gso)  # None: $NETIO_SOFT_GSO
+        except ValueError:
+            raise IoError(f"gso {gso!r} is not one of "
+                          f"{', '.join(m.value for m in OffloadMode)}") from None
         self._local_addr = local_addr
         try:
             self._rx_mode = RxMode(rx_mode)  # "auto", "raw", "udp" or the enum itself
@@ -258,7 +264,7 @@ class SoftBackend:
             if driver is not None:
                 self._drivers[ip] = driver
                 return driver
-            config = DriverConfig(ip, self._rx_mode, self._faults, self._fault_seed)
+            config = DriverConfig(ip, self._rx_mode, self._faults, self._fault_seed, self._gso)
             driver = SoftRoceDriver(RoceEngine(ip), config)
             driver.start()
             self._drivers[ip] = driver
@@ -277,6 +283,9 @@ class SoftBackend:
                  "route to each peer uses unless local_addr is given"]
         if len(ips) > 1:
             notes.append("local addresses in use: " + ", ".join(map(str, ips)))
+        for ip_, driver in self._drivers.items():
+            notes.append(f"UDP GSO on {ip_}: {driver.gso_reason}; UDP GRO: "
+                         f"{driver.gro_reason}")  # diagnostics/doctor
         return Description(
             backend="soft", transport=Transport.ROCE, device="soft", port=1,
             gid=mapped_gid(ip) if ip is not None else "", gid_type="RoCEv2",

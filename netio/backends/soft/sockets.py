@@ -58,6 +58,31 @@ class RxMode(enum.Enum):
     UDP = "udp"
 
 
+class OffloadMode(enum.Enum):
+    """Whether native runs go out with UDP GSO (``UDP_SEGMENT``) and whether the native
+    receive ring takes UDP GRO buffers (``UDP_GRO``); see ``netio/roce/native_path.py``."""
+
+    OFF = "off"
+    ON = "on"  # GSO: whenever the kernel takes it (probed; falls back on the first
+    # refusal); GRO: with UDP receive (a raw socket gets no GRO)
+    AUTO = "auto"  # ON when this driver receives on a UDP socket (GSO: peers on one host
+    # tend to share the mode, and a raw receiver on loopback/veth would see unsegmented
+    # packets)
+
+
+#: linux/udp.h
+UDP_SEGMENT = 103
+
+
+def probe_udp_gso(sock: socket.socket) -> str:
+    """Why ``sock`` cannot send with UDP GSO ("" when it can: the option is known)."""
+    try:
+        sock.setsockopt(socket.IPPROTO_UDP, UDP_SEGMENT, 0)
+    except OSError as exc:
+        return f"setsockopt(UDP_SEGMENT) failed: {exc.strerror or exc}"
+    return ""
+
+
 BpfInstruction = tuple[int, int, int, int]  # (code, jt, jf, k)
 
 
