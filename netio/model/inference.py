@@ -49,7 +49,9 @@ context ``isl + osl/2`` and ``P = B isl / osl`` prompt tokens, and produces ``B`
 output tokens (trtllm-bench sizes ``max_num_tokens`` to exactly ``B (1 + isl/osl)`` for
 this reason). With ``pp`` stages, ``pp`` micro-batches of ``B/pp`` are in flight. Output
 tokens/s of the system are ``(B/pp) / T_stage``; time per output token is
-``pp T_stage``.
+``pp T_stage``. A published max-throughput run is not this steady state but a finite set
+of identical requests, all waiting at the start, with a ramp, waves and a drain:
+:mod:`netio.model.serving_run` simulates it iteration by iteration on :func:`iteration`.
 
 **Speculative decoding** (Leviathan et al., "Fast Inference from Transformers via
 Speculative Decoding", ICML 2023): with acceptance rate ``alpha`` and ``gamma`` drafted
