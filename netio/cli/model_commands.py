@@ -3,7 +3,7 @@
 Registered by :mod:`netio.cli.model` (same exit codes):
 
   netio-model infer SYSTEM MODEL --input-tokens N --output-tokens N [--tp N --pp N --ep N]
-                    [--concurrency N] [--weight-dtype fp8 --kv-dtype fp8]
+                    [--concurrency N] [--requests N] [--weight-dtype fp8 --kv-dtype fp8]
                     [--draft-tokens G (--acceptance A | --mean-accepted L)
                      (--draft-model MODEL | --draft-cost C)] [--disaggregate] [--json]
   netio-model sweep MODEL SYSTEM --accelerators N[,N...] [--mode train|infer]
@@ -77,6 +77,10 @@ def add_parsers(sub: Any, train_parser: argparse.ArgumentParser) -> None:
     i.add_argument("--draft-model", default=None, help="draft model file or preset")
     i.add_argument("--draft-cost", type=_nonneg_float, default=0.0,
                    help="draft cost per drafted token as a fraction of a target decode step")
+    i.add_argument("--requests", type=_positive, default=None,
+                   help="also simulate a trtllm-bench throughput run of N identical "
+                   "requests, all waiting at t = 0 (its ramp, waves and drain; settings "
+                   "derived as trtllm-bench does); default: steady state only")
     i.add_argument("--disaggregate", action="store_true",
                    help="also time prefill on separate workers and the KV transfer")
     i.add_argument("--conditions", metavar="REPORT.json",
@@ -180,12 +184,24 @@ def _infer(args: argparse.Namespace) -> int:
         spec = Speculation(acceptance_rate=args.acceptance,
                            mean_accepted_tokens=args.mean_accepted, draft=draft,
                            cost_ratio=args.draft_cost, verify_tokens=args.verify_tokens)
+    if args.requests and (args.pp > 1 or args.draft_tokens):
+        print("netio-model: error: --requests simulates one pipeline stage without "
+              "speculation (drop --pp / --draft-tokens)", file=sys.stderr)
+        return EXIT_USAGE
     req = Request(args.input_tokens, args.output_tokens)
     r = infer(system, model, req, serving, tp=args.tp, pp=args.pp, ep=args.ep,
               concurrency=args.concurrency, draft_tokens=args.draft_tokens, speculation=spec,
               disaggregate=args.disaggregate)
     doc = r.to_json_dict()
     text = r.to_text()
+    if args.requests and r.feasible:
+        from netio.model.serving_run import BenchRun, simulate_run
+
+        run = simulate_run(system, model, req, BenchRun(args.requests,
+                                                        concurrency=args.concurrency),
+                           serving, tp=args.tp, ep=args.ep)
+        doc["benchmark_run"] = run.to_json_dict()
+        text += "\n" + run.to_text()
     if args.conditions:
         from netio.model.conditions import infer_what_if, load_conditions
 

@@ -49,7 +49,9 @@ context ``isl + osl/2`` and ``P = B isl / osl`` prompt tokens, and produces ``B`
 output tokens (trtllm-bench sizes ``max_num_tokens`` to exactly ``B (1 + isl/osl)`` for
 this reason). With ``pp`` stages, ``pp`` micro-batches of ``B/pp`` are in flight. Output
 tokens/s of the system are ``(B/pp) / T_stage``; time per output token is
-``pp T_stage``.
+``pp T_stage``. A published max-throughput run is not this steady state but a finite set
+of identical requests, all waiting at the start, with a ramp, waves and a drain:
+:mod:`netio.model.serving_run` simulates it iteration by iteration on :func:`iteration`.
 
 **Speculative decoding** (Leviathan et al., "Fast Inference from Transformers via
 Speculative Decoding", ICML 2023): with acceptance rate ``alpha`` and ``gamma`` drafted
@@ -311,6 +313,24 @@ def activation_workspace_bytes(model: Model, serving: Serving, tokens: FloatArra
     return tokens * (f * gate / tp + 2 * model.hidden_size) * _el(serving.activation_dtype)
 
 
+#: trtllm-bench caps ``max_num_tokens`` at 32,768 "to avoid TRT activation buffer becoming
+#: too large" (tensorrt_llm/bench/build/tuning.py, finetune_setting).
+MAX_NUM_TOKENS_CAP = 32768.0
+
+
+def kv_cache_tokens(system: System, model: Model, serving: Serving, tp: FloatArray,
+                    weights_bytes: FloatArray, kv_bytes_per_token_rank: FloatArray,
+                    workspace_tokens: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Free bytes per rank after weights and the runtime reserve (the reserve includes the
+    activation workspace of an iteration of ``workspace_tokens`` tokens), and the KV-cache
+    tokens that ``kv_cache_memory_fraction`` of it holds (per model replica)."""
+    reserve = serving.runtime_reserve_bytes + activation_workspace_bytes(
+        model, serving, workspace_tokens, tp)
+    free = system.accelerator.memory_bytes - weights_bytes - reserve
+    kv_cap_bytes = np.maximum(free, 0.0) * serving.kv_cache_memory_fraction
+    return free, np.floor(kv_cap_bytes / kv_bytes_per_token_rank)
+
+
 # --- one iteration ---------------------------------------------------------------------------
 
 
@@ -514,7 +534,6 @@ def serve(system: System, model: Model, serving: Serving, request: Request,
     ep = lay.expert_parallel.astype(np.float64)
     gamma = lay.draft_tokens.astype(np.float64)
     isl, osl = float(request.input_tokens), float(request.output_tokens)
-    acc = system.accelerator
 
     weights = weight_bytes_per_rank(model, serving, tp, pp)
     if spec.draft is not None:
@@ -525,12 +544,9 @@ def serve(system: System, model: Model, serving: Serving, request: Request,
         kv_tok = kv_tok + np.where(gamma > 0, kv_bytes_per_token(spec.draft, serving.kv_dtype,
                                                                  tp, pp), 0.0)
     reserve_tokens = np.full_like(tp, float(serving.max_batch_size)) * (1 + isl / osl)
-    reserve_tokens = np.minimum(reserve_tokens, 32768.0)  # trtllm-bench max_num_tokens cap
-    reserve = serving.runtime_reserve_bytes + activation_workspace_bytes(
-        model, serving, reserve_tokens, tp)
-    free = acc.memory_bytes - weights - reserve
-    kv_cap_bytes = np.maximum(free, 0.0) * serving.kv_cache_memory_fraction
-    kv_tokens = np.floor(kv_cap_bytes / kv_tok)
+    reserve_tokens = np.minimum(reserve_tokens, MAX_NUM_TOKENS_CAP)
+    free, kv_tokens = kv_cache_tokens(system, model, serving, tp, weights, kv_tok,
+                                      reserve_tokens)
     # Tokens per sequence in one verification: the chain and its bonus token, or the
     # tree's nodes and its root.
     verified = (gamma + 1.0 if spec.verify_tokens is None

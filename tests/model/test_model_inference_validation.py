@@ -15,16 +15,26 @@ TensorRT-LLM pull request 10273 and issue 13957). With them the four rows come o
 +5.3, +5.8 and +14.7 % (median 10.3 %, max 19.3 %): the median misses the issue's 10 %
 target by 0.3 points. The earlier 0.82 knob (chosen with the rows in view) met it; it is
 gone, and the miss is recorded here rather than tuned away.
+
+Since issue 11 (benchmark run) the rows are compared with the benchmark as it is run, not
+with a steady state: :mod:`netio.model.serving_run` simulates ``trtllm-bench throughput``
+iteration by iteration with the doc's request count per row (its "Preparing a Dataset"
+table), all requests waiting at t = 0, trtllm-bench's derived ``max_batch_size`` and
+``max_num_tokens`` (tuning.py; chunked prefill off), the GUARANTEED_NO_EVICT capacity
+scheduler, the overlap scheduler's extra decoding step and the doc's CUDA-graph padding
+(its ``llm_options.yml``). Every iteration is timed by the same roofline. Nothing was
+fitted: the settings are read from the sources, and the four rows come out +9.9, -1.9,
++4.3 and +13.6 % (median 7.1 %, max 13.6 %; the steady state gave +19.3, +5.3, +5.8 and
++14.7 %). The steady state keeps its own regression guard below.
 """
 
 from __future__ import annotations
 
 import statistics
 
-import pytest
-
 from netio.model import load_model, load_system
 from netio.model.inference import Request, infer
+from netio.model.serving_run import BenchRun, simulate_run
 
 # (model preset, tensor parallel, input tokens, output tokens, output tokens/s on H100)
 ROWS = [
@@ -34,8 +44,27 @@ ROWS = [
     ("llama3-70b", 2, 128, 128, 6378),
 ]
 
+# perf-overview.md, "Preparing a Dataset": $num_requests per ISL/OSL.
+NUM_REQUESTS = {
+    (128, 128): 30000, (128, 2048): 3000, (128, 4096): 1500, (1000, 2000): 1500,
+    (2048, 128): 3000, (2048, 2048): 1500, (5000, 500): 1500, (1000, 1000): 3000,
+    (500, 2000): 3000, (20000, 2000): 1000,
+}
 
-def errors() -> list[float]:
+
+def run_errors(system_name: str,
+               rows: list[tuple[str, int, int, int, int]]) -> list[float]:
+    """Signed relative error of the simulated benchmark run on each row."""
+    system = load_system(system_name)
+    out = []
+    for name, tp, isl, osl, published in rows:
+        r = simulate_run(system, load_model(name), Request(isl, osl),
+                         BenchRun(NUM_REQUESTS[(isl, osl)]), tp=tp)
+        out.append(r.output_tokens_per_s / published - 1.0)
+    return out
+
+
+def steady_errors() -> list[float]:
     system = load_system("dgx-h100")
     out = []
     for name, tp, isl, osl, published in ROWS:
@@ -45,28 +74,28 @@ def errors() -> list[float]:
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="median 10.3 % against the issue's 10 % target "
-                   "since the fitted FP8 knob was replaced by sourced terms (module doc)")
 def test_trtllm_perf_overview_rows_within_bounds() -> None:
-    errs = [abs(e) for e in errors()]
+    # The issue's bounds, on the benchmark as run (module doc).
+    errs = [abs(e) for e in run_errors("dgx-h100", ROWS)]
     assert statistics.median(errs) <= 0.10, errs
     assert max(errs) <= 0.20, errs
 
 
-def test_trtllm_perf_overview_rows_regression_guard() -> None:
-    # Bounds set after seeing the errors above (median 10.3 %, max 19.3 %, all
-    # optimistic): a guard against drifting further from the published figures, not a
-    # validation.
-    errs = errors()
+def test_trtllm_perf_overview_rows_steady_state_regression_guard() -> None:
+    # The steady state on the same rows (median 10.3 %, max 19.3 %, all optimistic): bounds
+    # set after seeing them, a guard against drifting further, not a validation.
+    errs = steady_errors()
     assert statistics.median(abs(e) for e in errs) <= 0.12, errs
     assert max(abs(e) for e in errs) <= 0.22, errs
 
 
 # The other H100 rows of the same tables (Llama 3.1 8B TP1, Llama 3.3 70B TP2). These are
 # not the issue's validation rows; the bounds below were set after seeing the model's
-# errors on them (median 10 %, max 29 %, all optimistic; since issue 11: median 10.9 %, max
-# 19.0 %), so this is a regression guard that
-# keeps later changes from drifting away from published figures, not a validation.
+# errors on them, so this is a regression guard that keeps later changes from drifting
+# away from published figures, not a validation. Steady state on the first 13 (before the
+# benchmark run): median 10.9 %, max 19.0 %. The last three 70B rows were added with the
+# run (steady state +20.8, +26.1, +30.9 %). The run on all 16: median 10.2 %, max 19.0 %
+# (70B 1000/2000), all optimistic (+1.3 % to +19.0 %).
 OTHER_ROWS = [
     ("llama3-8b", 1, 128, 4096, 14325),
     ("llama3-8b", 1, 500, 2000, 17660),
@@ -81,27 +110,24 @@ OTHER_ROWS = [
     ("llama3-70b", 2, 1000, 1000, 4205),
     ("llama3-70b", 2, 2048, 128, 762),
     ("llama3-70b", 2, 5000, 500, 898),
+    ("llama3-70b", 2, 1000, 2000, 4146),
+    ("llama3-70b", 2, 2048, 2048, 3082),
+    ("llama3-70b", 2, 20000, 2000, 437),
 ]
 
 
 def test_other_h100_rows_regression_guard() -> None:
-    system = load_system("dgx-h100")
-    errs = []
-    for name, tp, isl, osl, published in OTHER_ROWS:
-        r = infer(system, load_model(name), Request(isl, osl), tp=tp)
-        assert r.feasible, (name, isl, osl, r.infeasible_reason)
-        errs.append(abs(r.output_tokens_per_s / published - 1.0))
-    assert statistics.median(errs) <= 0.15, errs
-    assert max(errs) <= 0.30, errs
+    errs = [abs(e) for e in run_errors("dgx-h100", OTHER_ROWS)]
+    assert statistics.median(errs) <= 0.12, errs
+    assert max(errs) <= 0.22, errs
 
 
 # Published rows not used before issue 11: the H200 columns of the same tables (HGX H200,
-# Llama 3.1 8B TP1 and Llama 3.3 70B TP1, FP8). The model is optimistic on all 20 (median
-# 16.5 %, max 30.5 %; the 70B rows, GEMM-bound at 60-170 requests, are the worst): outside
-# the issue's bounds, so this is recorded, not claimed. The bounds below were set after
-# seeing those errors: a regression guard only. The 128/128 rows of H100 and H200 agree
-# (28,312 and 27,911 published) as the model's host-bound prediction says they should
-# (same CPU walk of ~4,100 requests per iteration on both); the level is 20 % high.
+# Llama 3.1 8B TP1 and Llama 3.3 70B TP1, FP8). The steady state was optimistic on all 20
+# (median 16.5 %, max 30.5 %). The benchmark run: median 12.5 %, max 22.7 % (70B
+# 128/2048), one row pessimistic (8B 128/2048, -2.6 %): still outside the issue's bounds,
+# so this is recorded, not claimed. The bounds below were set after seeing those errors:
+# a regression guard only.
 H200_ROWS = [
     ("llama3-8b", 1, 128, 128, 27911),
     ("llama3-8b", 1, 128, 2048, 26221),
@@ -127,12 +153,7 @@ H200_ROWS = [
 
 
 def test_h200_rows_regression_guard() -> None:
-    system = load_system("hgx-h200")
-    errs = []
-    for name, tp, isl, osl, published in H200_ROWS:
-        r = infer(system, load_model(name), Request(isl, osl), tp=tp)
-        assert r.feasible, (name, isl, osl, r.infeasible_reason)
-        errs.append(r.output_tokens_per_s / published - 1.0)
-    assert min(errs) > 0.0, errs  # optimistic everywhere: the model omits costs, adds none
-    assert statistics.median(errs) <= 0.20, errs
-    assert max(errs) <= 0.35, errs
+    errs = run_errors("hgx-h200", H200_ROWS)
+    assert min(errs) > -0.05, errs
+    assert statistics.median(abs(e) for e in errs) <= 0.15, errs
+    assert max(abs(e) for e in errs) <= 0.26, errs
