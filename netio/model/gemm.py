@@ -49,21 +49,28 @@ CUBLAS_TILES: tuple[tuple[int, int], ...] = (
 SQUARE_GRANULE = 64
 
 
-def useful_fraction(rows: npt.ArrayLike, cols: npt.ArrayLike, multiprocessors: int,
-                    batch: npt.ArrayLike = 1.0) -> FloatArray:
+def tile_useful_fraction(rows: npt.ArrayLike, cols: npt.ArrayLike, tile: tuple[int, int],
+                         multiprocessors: int, batch: npt.ArrayLike = 1.0) -> FloatArray:
     """The share of the SMs' tile-time that produces output, for ``batch`` products of
-    ``rows x cols`` outputs, at the best tile shape of :data:`CUBLAS_TILES`."""
+    ``rows x cols`` outputs cut into ``tile`` (rows x columns) tiles, one tile per SM per
+    wave; 1 for an empty GEMM (it takes no time)."""
     r = np.asarray(rows, dtype=np.float64)
     c = np.asarray(cols, dtype=np.float64)
     bt = np.asarray(batch, dtype=np.float64)
+    tm, tn = tile
     useful = r * c * bt
-    best = np.zeros(np.broadcast(r, c, bt).shape)
-    for tm, tn in CUBLAS_TILES:
-        tiles = np.ceil(r / tm) * np.ceil(c / tn) * np.ceil(bt)
-        waves = np.maximum(np.ceil(tiles / multiprocessors), 1.0)
-        best = np.maximum(best, useful / (waves * multiprocessors * tm * tn))
-    # an empty GEMM wastes nothing (its time is zero anyway)
-    return np.asarray(np.where(useful > 0, best, 1.0), dtype=np.float64)
+    tiles = np.ceil(r / tm) * np.ceil(c / tn) * np.ceil(bt)
+    waves = np.maximum(np.ceil(tiles / multiprocessors), 1.0)
+    return np.asarray(np.where(useful > 0, useful / (waves * multiprocessors * tm * tn), 1.0),
+                      dtype=np.float64)
+
+
+def useful_fraction(rows: npt.ArrayLike, cols: npt.ArrayLike, multiprocessors: int,
+                    batch: npt.ArrayLike = 1.0) -> FloatArray:
+    """:func:`tile_useful_fraction` at the best tile shape of :data:`CUBLAS_TILES`."""
+    fractions = [tile_useful_fraction(rows, cols, tile, multiprocessors, batch)
+                 for tile in CUBLAS_TILES]
+    return np.asarray(np.maximum.reduce(fractions), dtype=np.float64)
 
 
 @functools.lru_cache(maxsize=64)
