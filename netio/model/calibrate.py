@@ -132,7 +132,10 @@ def system_to_dict(system: System) -> dict[str, Any]:
                    "attention_over_value_efficiency_by_head_dim":
                        _curve(acc.attention_over_value_efficiency)}),
             **({} if acc.streaming_multiprocessors is None else {
-                "streaming_multiprocessors": acc.streaming_multiprocessors})},
+                "streaming_multiprocessors": acc.streaming_multiprocessors}),
+            **({} if acc.memory_bound_bandwidth_bytes_per_s is None else {
+                "memory_bound_bandwidth_bytes_per_s":
+                    dict(acc.memory_bound_bandwidth_bytes_per_s)})},
         "node": {
             "accelerators": node.accelerators,
             "scaleup_bandwidth_bytes_per_s": 1.0 / node.scale_up.beta_s_per_byte,

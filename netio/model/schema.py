@@ -24,7 +24,13 @@ System
     ``streaming_multiprocessors``: the accelerator's count of SMs (NVIDIA) or compute units
     (AMD); with it each GEMM is also charged its tile and wave quantization
     (:mod:`netio.model.gemm`), without it a GEMM runs at the curve of its FLOPs whatever
-    its shape.
+    its shape. Optional ``[accelerator.memory_bound_bandwidth_bytes_per_s]``: the measured
+    bandwidth the framework's large memory-bound kernels reach, one number per kernel class
+    (all three): ``elementwise`` (activation, bias-add, mask), ``reduction`` (layer norm,
+    softmax) and ``random`` (dropout, whose random numbers are computed in the kernel);
+    each of a training layer's memory-bound kernels then runs at most at its class's, and
+    at most at ``memory_efficiency_by_bytes`` of the peak, which still rules small kernels.
+    Without it they run at that curve alone.
     ``[node]``: ``accelerators``, ``scaleup_bandwidth_bytes_per_s`` (per accelerator,
     per direction), ``scaleup_latency_s``, ``scaleup_efficiency_by_bytes``, ``nics``,
     ``nic_bandwidth_bits_per_s`` (per NIC), ``nic_latency_s``, ``nic_efficiency_by_bytes``.
@@ -95,6 +101,9 @@ PRESET_DIR = Path(__file__).parent / "presets"
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 FloatArray = npt.NDArray[np.float64]
+#: Classes of memory-bound kernel with a measured bandwidth of their own (see the module
+#: docstring): pure elementwise, row reductions, and kernels that draw random numbers.
+MEMORY_BOUND_CLASSES = ("elementwise", "reduction", "random")
 
 
 class Topology(IntEnum):
@@ -145,6 +154,9 @@ class Accelerator:
     attention_over_value_efficiency: Curve | None = None
     # SMs (compute units) over which a GEMM's tiles run in waves; None: shape not modelled.
     streaming_multiprocessors: int | None = None
+    # Measured bandwidth of large memory-bound kernels by class (MEMORY_BOUND_CLASSES);
+    # None: they run at memory_efficiency of the peak bandwidth.
+    memory_bound_bandwidth_bytes_per_s: Mapping[str, float] | None = None
 
     def peak(self, dtype: str) -> float:
         if dtype not in self.peak_flops_per_s:
@@ -391,6 +403,19 @@ def _alpha_beta(t: _Table, name: str, base: Link) -> Link:
     return link
 
 
+MEMORY_BOUND_KEY = "memory_bound_bandwidth_bytes_per_s"
+
+
+def _memory_bound_bandwidth(a: _Table) -> dict[str, float]:
+    """The per-class kernel bandwidths: every class, none above the peak bandwidth (a
+    kernel cannot beat the memory it streams)."""
+    peak = a.float_("memory_bandwidth_bytes_per_s")
+    t = a.table(MEMORY_BOUND_KEY)
+    out = {kind: t.float_(kind, high=peak) for kind in MEMORY_BOUND_CLASSES}
+    t.done()
+    return out
+
+
 def system_from_dict(data: Mapping[str, Any], path: str = "<system>",
                      base_dir: Path | None = None) -> System:
     r = _Table(data, "", path)
@@ -415,7 +440,8 @@ def system_from_dict(data: Mapping[str, Any], path: str = "<system>",
                       a.curve(score_key) if a.has(score_key) else None,
                       a.curve(value_key) if a.has(value_key) else None,
                       a.int_("streaming_multiprocessors")
-                      if a.has("streaming_multiprocessors") else None)
+                      if a.has("streaming_multiprocessors") else None,
+                      _memory_bound_bandwidth(a) if a.has(MEMORY_BOUND_KEY) else None)
     a.done()
     n = r.table("node")
     accelerators, nics = n.int_("accelerators"), n.int_("nics")

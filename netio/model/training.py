@@ -17,6 +17,10 @@ memory_efficiency(bytes)))``, with the achieved-efficiency curves of the system 
 * memory-bound operations, reading and writing the compute type: two layer norms, the
   softmax and dropout of the score matrix (unfused attention), two bias-dropout-adds,
   the activation function; sequence parallelism splits the non-tensor-parallel ones.
+  Each runs at the memory curve of its bytes and, where the system gives measured
+  kernel bandwidths by class, no faster than its class's: layer norm and softmax are
+  reductions, dropout and the bias-dropout-adds (with dropout) draw random numbers, the
+  activation (and a bias-add without dropout) is elementwise.
 * backward: twice the GEMM time (data and weight gradients), 1.5x the memory traffic of
   the memory-bound operations (they read the saved input and the incoming gradient and
   write one gradient), 2.5x the forward time of a FlashAttention kernel; the unfused
@@ -138,6 +142,20 @@ def _time(system: System, dtype: str, op: _Op, count: float | FloatArray = 1.0,
     return np.asarray(np.maximum(compute, mem), dtype=np.float64)
 
 
+def _memory_bound(system: System, nbytes: FloatArray, kind: str) -> FloatArray:
+    """Time of one memory-bound kernel of class ``kind`` (one of
+    :data:`netio.model.schema.MEMORY_BOUND_CLASSES`) that moves ``nbytes``: at the memory
+    efficiency curve of the peak bandwidth (launch and ramp-up rule small kernels), and
+    no faster than the bandwidth measured for its class where the system gives it (the
+    framework's kernels fall short of a streaming copy by their index math, reductions
+    and random numbers)."""
+    acc = system.accelerator
+    bw = acc.memory_bandwidth_bytes_per_s * acc.memory_efficiency.at(nbytes)
+    if acc.memory_bound_bandwidth_bytes_per_s is not None:
+        bw = np.minimum(bw, acc.memory_bound_bandwidth_bytes_per_s[kind])
+    return np.asarray(nbytes / bw, dtype=np.float64)
+
+
 @dataclass(frozen=True, slots=True)
 class StepArrays:
     """Every term of the step, one element per layout (seconds unless named)."""
@@ -218,8 +236,8 @@ def _layer_ops(system: System, model: Model, lay: Layouts) -> dict[str, FloatArr
                        flash_bytes / (acc.memory_bandwidth_bytes_per_s
                                       * acc.memory_efficiency.at(flash_bytes)))
     score_elems = heads * sr * s
-    softmax = _time(system, dt, _Op(np.zeros_like(tok), 2 * el * score_elems))
-    sdrop = _time(system, dt, _Op(np.zeros_like(tok), (2 * el + 1) * score_elems)) * drop
+    softmax = _memory_bound(system, 2 * el * score_elems, "reduction")
+    sdrop = _memory_bound(system, (2 * el + 1) * score_elems, "random") * drop
     attn_core = np.where(unfused, core_unfused, flash)
     attn_mem = np.where(unfused, softmax + sdrop, 0.0)
     if model.moe is None:
@@ -243,9 +261,10 @@ def _layer_ops(system: System, model: Model, lay: Layouts) -> dict[str, FloatArr
         ffn_cols = fe * (m.top_k * m.capacity_factor + m.shared_experts)
         router = linear(tok, h, float(m.experts))
     zero = np.zeros_like(tok)
-    norms = 2 * _time(system, dt, _Op(zero, 2 * el * tok * h / q))
-    bda = 2 * _time(system, dt, _Op(zero, (3 * el + drop) * tok * h / q))
-    act = _time(system, dt, _Op(zero, el * tok * ffn_cols * (gate + 1) / t))
+    norms = 2 * _memory_bound(system, 2 * el * tok * h / q, "reduction")
+    bda = 2 * _memory_bound(system, (3 * el + drop) * tok * h / q,
+                            "random" if model.dropout else "elementwise")
+    act = _memory_bound(system, el * tok * ffn_cols * (gate + 1) / t, "elementwise")
     # qkv and fc1 are the column-parallel GEMMs whose backward carries the tensor-parallel
     # collectives that the async path hides under their two gradient GEMMs.
     attn_core_bwd = np.where(unfused, core_unfused_bwd, FLASH_BACKWARD_FACTOR * flash)

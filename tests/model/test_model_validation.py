@@ -72,47 +72,45 @@ def _table5_errors() -> list[tuple[str, float]]:
     return out
 
 
-def test_korthikanti_table5_every_row_within_12_percent_median_within_6() -> None:
-    """NOT the issue's 10 % / 5 %: the strictest bound the model meets with the cited A100
-    rates of the dgx-a100-80gb preset: GEMMs at the cuBLAS 11.0 curve capped at the
-    power-limited random-data rate (0.82 of peak from 1.4e11 FLOPs), and the unfused
-    attention products at the batched-matmul rates Anthony et al. 2024 measured by head
-    dimension (Fig. 7: 0.30/0.35 of peak for Q K^T / P V at d = 96, 0.34/0.44 at 128,
-    0.33/0.48 at 160), no longer as one GEMM of the batch's total FLOPs (0.58-0.67 of
-    peak by the curve; 0.46 for 22B, where the score matrix's traffic bound it), and every
-    linear layer's GEMM (forward, input and weight gradient) charged its tile and wave
-    quantization on the A100's 108 SMs at the best cuBLAS tile (netio/model/gemm.py, NVIDIA's
-    Matrix Multiplication Background guide).
+def test_korthikanti_table5_every_row_within_6_5_percent_median_within_2() -> None:
+    """Within the issue's 10 % per row and 5 % median, with the cited A100 rates of the
+    dgx-a100-80gb preset: GEMMs at the cuBLAS 11.0 curve capped at the power-limited
+    random-data rate (0.82 of peak from 1.4e11 FLOPs), the unfused attention products at
+    the batched-matmul rates Anthony et al. 2024 measured by head dimension (Fig. 7), every
+    linear layer's GEMM charged its tile and wave quantization on the 108 SMs, and the
+    memory-bound kernels (layer norm, softmax, dropout, bias-dropout-add, GeLU) at the
+    bandwidth FlashAttention's Fig. 1 measured for their class on an A100 (Dao et al. 2022:
+    elementwise 0.95, reduction 1.17, random-number 1.16 TB/s, carried over as bytes per
+    second; see the preset), no longer at an assumed 0.8 of the 2.039 TB/s peak.
 
-    With the overlap the 2022 code really did (KORTHIKANTI_2022), every row is faster than
-    published: 22B -8.9/-11.7, 175B -6.2/-7.5, 530B -3.0/-5.2, 1T -0.7/-0.1 % (median
-    5.7 %); before the shape term -8.8/-11.6, -6.5/-7.8, -3.1/-5.3, -1.0/-0.3 % (median
-    5.9 %): the best tile fills almost every wave of these GEMMs (useful fraction 0.97-1.0),
-    so quantization is not the missing cost. Before the measured attention rates
-    -10.8/-14.2, -7.7/-9.3, -4.0/-6.4, -1.8/-1.4 % (median 7.1 %). The attention products
-    are s/(6h) of a layer's GEMM FLOPs, so the rates close the gap most for the smallest
-    model, as the errors ask; what remains (largest for 22B, whose measured per-layer times,
-    Korthikanti's Table 4: 7.7 ms forward, 11.9 ms backward, show it without any pipeline
-    or step term) is not explained by any cited rate."""
+    With the overlap the 2022 code really did (KORTHIKANTI_2022): 22B -1.6/-6.3, 175B
+    -2.0/-4.7, 530B -0.4/-3.6, 1T +1.5/+1.3 % (median 1.8 %). Before the measured kernel
+    bandwidths -8.9/-11.7, -6.2/-7.5, -3.0/-5.2, -0.7/-0.1 % (median 5.7 %): the kernels
+    were 21-24 % of the modelled 22B step and 8.5 % of the 1T one, so the rows moved in
+    that order (had the 40 GB A100's figures been scaled by the peaks, 2.039/1.555, instead:
+    -7.5/-10.7, -5.4/-7.0, -2.5/-4.9, -0.2/+0.2 %, median 5.1 %). Before the shape term
+    -8.8/-11.6, -6.5/-7.8, -3.1/-5.3, -1.0/-0.3 %; before the measured attention rates
+    -10.8/-14.2, -7.7/-9.3, -4.0/-6.4, -1.8/-1.4 %. From 22B to 530B the seq-par +
+    selective rows stay 2.7-4.7 points more optimistic than the full-recompute ones."""
     errors = _table5_errors()
-    bad = [(row, f"{e:+.1%}") for row, e in errors if abs(e) > 0.12]
+    bad = [(row, f"{e:+.1%}") for row, e in errors if abs(e) > 0.065]
     assert not bad, bad
     median = statistics.median(abs(e) for _, e in errors)
-    assert median <= 0.06, (median, errors)
-    # every row errs the same way: a missing cost, not scatter
-    assert all(e < 0 for _, e in errors), errors
+    assert median <= 0.02, (median, errors)
 
 
-def test_korthikanti_22b_with_micro_batch_1_within_5_percent() -> None:
+def test_korthikanti_22b_with_micro_batch_1_within_9_5_percent() -> None:
     # The issue states micro-batch 1 for every Table 5 row; calculon's tab5 configuration
     # (used above) runs the 22B model with one micro-batch of 4. With micro-batch 1 the
-    # model gives +2.3 % (full) and -0.3 % (seq-par + selective).
+    # model gives +9.4 % (full) and +4.8 % (seq-par + selective): four micro-batches of
+    # one take the memory-bound kernels four times at the measured bandwidths (before
+    # them, at 0.8 of the peak: +2.3 and -0.3 %).
     system, model = load_system("dgx-a100-80gb"), load_model("megatron-22b")
     for rc, sp, ref in (("full", False, 1.42), ("selective", True, 1.10)):
         r = train(system, model, _execution(global_batch_size=4, micro_batch_size=1,
                                             recompute=rc, sequence_parallel=sp,
                                             **KORTHIKANTI_2022))
-        assert abs(r.step_s / ref - 1) <= 0.05, (rc, r.step_s, ref)
+        assert abs(r.step_s / ref - 1) <= 0.095, (rc, r.step_s, ref)
 
 
 # Activation memory per GPU of the first pipeline stage, Korthikanti et al. Figure 1
@@ -216,27 +214,31 @@ def test_korthikanti_preset_is_the_175b_seqsel_row() -> None:
         sequence_parallel=True, **KORTHIKANTI_2022)
 
 
-def test_narayanan_table2_every_row_within_9_5_percent_median_within_8_5() -> None:
-    """Within the issue's 10 % per row, NOT its 5 % median: the model is 7-9 % optimistic on
-    these rows (175B +9.1/+8.4/+7.7 %, 530B +9.0/+8.2/+7.1 %, median 8.3 %; before the GEMM
-    shape term of the preset +9.5/+8.9/+8.1 and +9.2/+8.4/+7.3 % (median 8.6 %); before the
-    measured attention rates, +10.8/+10.1/+9.4 and +10.2/+9.4/+8.3 %).
+def test_narayanan_table2_every_row_within_6_5_percent_median_within_5() -> None:
+    """Within the issue's 10 % per row and 5 % median: the model is 3-6 % optimistic on
+    these rows (175B +4.7/+4.1/+3.4 %, 530B +6.2/+5.5/+4.4 %, median 4.5 %), with the
+    memory-bound kernels at the bandwidths measured on an A100 (see the Table 5 test and
+    the preset). Before them, at an assumed 0.8 of the peak: +9.1/+8.4/+7.7 and
+    +9.0/+8.2/+7.1 % (median 8.3 %); with the 40 GB A100's figures scaled by the peaks
+    instead of carried over: +8.2/+7.6/+6.9 and +8.5/+7.7/+6.6 % (median 7.6 %). Before the
+    GEMM shape term +9.5/+8.9/+8.1 and +9.2/+8.4/+7.3 %; before the measured attention
+    rates +10.8/+10.1/+9.4 and +10.2/+9.4/+8.3 %.
 
     With the 2021 software modelled as it was (NARAYANAN_2021: no overlap of any
     tensor-parallel, pipeline or data-parallel communication) no missing mechanism of the
     software remains that is worth more than a few tenths of a percent: the 2021 optimizer
     (fp16 -> fp32 copy, unscale, clip, Adam, copy back: ~56 bytes per parameter against the
     model's 30) adds ~0.1 %, the flatten/unflatten copies of the gradient all-reduce
-    ~0.1 %, the tied-embedding all-reduce between first and last stage ~0.01 %. The GEMM
-    and attention rates are the cited ones of the preset (see the Table 5 test), so the
-    remaining ~8 % is not explained by them either, nor by tile and wave quantization (the
-    best tile fills almost every wave). The model is checked to stay within 9.5 % per row,
-    8.5 % in the median, and to reproduce the scaling across GPU counts (bubble and
+    ~0.1 %, the tied-embedding all-reduce between first and last stage ~0.01 %. One
+    measured cost of that software is not modelled: Apex's 2021 LayerNorm kernel, 0.90 TB/s
+    forward and 0.57 backward against the reduction class's 1.17 (Apex PR 1037), which
+    would make these rows slower still. The model is checked to stay within 6.5 % per row,
+    5 % in the median, and to reproduce the scaling across GPU counts (bubble and
     data-parallel terms) within 3 % (it is within 1.8 %)."""
     errors = _table2_errors()
-    bad = [(row, f"{e:+.1%}") for row, e in errors if abs(e) > 0.095]
+    bad = [(row, f"{e:+.1%}") for row, e in errors if abs(e) > 0.065]
     assert not bad, bad
-    assert statistics.median(abs(e) for _, e in errors) <= 0.085, errors
+    assert statistics.median(abs(e) for _, e in errors) <= 0.05, errors
     for model_rows in (errors[:3], errors[3:]):
         first = model_rows[0][1]
         for _, e in model_rows[1:]:
