@@ -130,7 +130,9 @@ def system_to_dict(system: System) -> dict[str, Any]:
                    "attention_score_efficiency_by_head_dim":
                        _curve(acc.attention_score_efficiency),
                    "attention_over_value_efficiency_by_head_dim":
-                       _curve(acc.attention_over_value_efficiency)})},
+                       _curve(acc.attention_over_value_efficiency)}),
+            **({} if acc.streaming_multiprocessors is None else {
+                "streaming_multiprocessors": acc.streaming_multiprocessors})},
         "node": {
             "accelerators": node.accelerators,
             "scaleup_bandwidth_bytes_per_s": 1.0 / node.scale_up.beta_s_per_byte,

@@ -20,7 +20,11 @@ System
     attention's batched products achieve against the head dimension, as ``[[head_dim,
     fraction], ...]`` (interpolated in log head_dim, held at the ends): ``Q K^T``, whose
     inner dimension is the head's, and ``P V``, whose output is one head wide. Without
-    them each product runs at the matmul curve of the whole batch's FLOPs.
+    them each product runs at the matmul curve of the whole batch's FLOPs. Optional
+    ``streaming_multiprocessors``: the accelerator's count of SMs (NVIDIA) or compute units
+    (AMD); with it each GEMM is also charged its tile and wave quantization
+    (:mod:`netio.model.gemm`), without it a GEMM runs at the curve of its FLOPs whatever
+    its shape.
     ``[node]``: ``accelerators``, ``scaleup_bandwidth_bytes_per_s`` (per accelerator,
     per direction), ``scaleup_latency_s``, ``scaleup_efficiency_by_bytes``, ``nics``,
     ``nic_bandwidth_bits_per_s`` (per NIC), ``nic_latency_s``, ``nic_efficiency_by_bytes``.
@@ -139,6 +143,8 @@ class Accelerator:
     # matmul curve at the batch's total FLOPs, as one GEMM of that size.
     attention_score_efficiency: Curve | None = None
     attention_over_value_efficiency: Curve | None = None
+    # SMs (compute units) over which a GEMM's tiles run in waves; None: shape not modelled.
+    streaming_multiprocessors: int | None = None
 
     def peak(self, dtype: str) -> float:
         if dtype not in self.peak_flops_per_s:
@@ -407,7 +413,9 @@ def system_from_dict(data: Mapping[str, Any], path: str = "<system>",
                       a.curve("matmul_efficiency_by_flops"), a.curve("memory_efficiency_by_bytes"),
                       a.float_("fused_attention_efficiency", high=1.0),
                       a.curve(score_key) if a.has(score_key) else None,
-                      a.curve(value_key) if a.has(value_key) else None)
+                      a.curve(value_key) if a.has(value_key) else None,
+                      a.int_("streaming_multiprocessors")
+                      if a.has("streaming_multiprocessors") else None)
     a.done()
     n = r.table("node")
     accelerators, nics = n.int_("accelerators"), n.int_("nics")

@@ -68,6 +68,7 @@ import numpy as np
 
 from netio.errors import ModelInputError
 from netio.model.collectives import Algorithm, Collective, best_time, paths
+from netio.model.gemm import efficiency as gemm_efficiency
 from netio.model.layout import IntArray, Layouts, ranks_per_node
 from netio.model.memory import (
     MemoryArrays,
@@ -118,14 +119,20 @@ def _overlapped(comm_s: FloatArray, gemm_s: FloatArray) -> FloatArray:
 class _Op:
     flops: FloatArray
     bytes: FloatArray
+    # One GEMM's output rows and columns and its inner dimension, where its shape is known
+    # (a linear layer's); None: timed at the curve of its FLOPs alone.
+    shape: tuple[FloatArray, FloatArray, FloatArray] | None = None
 
 
 def _time(system: System, dtype: str, op: _Op, count: float | FloatArray = 1.0,
           ceiling: float | FloatArray = 1.0) -> FloatArray:
-    """Roofline time of ``op`` as ``count`` equal GEMMs, at the matmul curve of one of
-    them and at most ``ceiling`` of peak."""
+    """Roofline time of ``op`` as ``count`` equal GEMMs, at the matmul efficiency of one
+    of them (by its shape where known, :func:`netio.model.gemm.efficiency`) and at most
+    ``ceiling`` of peak."""
     acc = system.accelerator
-    eff = np.minimum(acc.matmul_efficiency.at(op.flops / np.maximum(count, 1.0)), ceiling)
+    one = (gemm_efficiency(acc, *op.shape) if op.shape is not None
+           else acc.matmul_efficiency.at(op.flops / np.maximum(count, 1.0)))
+    eff = np.minimum(one, ceiling)
     compute = np.where(op.flops > 0, op.flops / (acc.peak(dtype) * eff), 0.0)
     mem = op.bytes / (acc.memory_bandwidth_bytes_per_s * acc.memory_efficiency.at(op.bytes))
     return np.asarray(np.maximum(compute, mem), dtype=np.float64)
@@ -175,8 +182,24 @@ def _layer_ops(system: System, model: Model, lay: Layouts) -> dict[str, FloatArr
              batch: float | FloatArray = 1.0) -> _Op:
         return _Op(2.0 * m * k * n * batch, el * batch * (m * k + k * n + m * n))
 
-    qkv = _time(system, dt, gemm(tok, h, (h + 2 * kvd) / t))
-    proj = _time(system, dt, gemm(tok, h / t, h))
+    def linear(m: FloatArray, k: float | FloatArray, n: float | FloatArray,
+               count: float | FloatArray = 1.0) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """Forward, input-gradient and weight-gradient times of ``count`` layers ``y = x
+        W`` (``x``: m x k, ``W``: k x n). The three have equal FLOPs and bytes but their
+        outputs differ, m x n, m x k and k x n, and so does their tile quantization."""
+        op = gemm(m, k, n, count)
+        rows, inner, cols = (np.broadcast_to(np.asarray(v, dtype=np.float64), tok.shape)
+                             for v in (m, k, n))
+        return (_time(system, dt, _Op(op.flops, op.bytes, (rows, cols, inner)), count),
+                _time(system, dt, _Op(op.flops, op.bytes, (rows, inner, cols)), count),
+                _time(system, dt, _Op(op.flops, op.bytes, (inner, cols, rows)), count))
+
+    def plus(a: tuple[FloatArray, ...], b: tuple[FloatArray, ...]
+             ) -> tuple[FloatArray, FloatArray, FloatArray]:
+        return a[0] + b[0], a[1] + b[1], a[2] + b[2]
+
+    qkv = linear(tok, h, (h + 2 * kvd) / t)
+    proj = linear(tok, h / t, h)
     heads = b * a / t
     scores_op = gemm(sr, d, s, heads)
     score_s, value_s = _attention_products(system, dt, scores_op, d)
@@ -200,35 +223,39 @@ def _layer_ops(system: System, model: Model, lay: Layouts) -> dict[str, FloatArr
     attn_core = np.where(unfused, core_unfused, flash)
     attn_mem = np.where(unfused, softmax + sdrop, 0.0)
     if model.moe is None:
-        fc1 = _time(system, dt, gemm(tok, h, model.ffn_hidden_size * gate / t))
-        fc2 = _time(system, dt, gemm(tok, model.ffn_hidden_size / t, h))
+        fc1 = linear(tok, h, model.ffn_hidden_size * gate / t)
+        fc2 = linear(tok, model.ffn_hidden_size / t, h)
         ffn_cols = float(model.ffn_hidden_size)
-        router = np.zeros_like(tok)
+        zero3 = np.zeros_like(tok)
+        router = (zero3, zero3, zero3)
     else:
         m = model.moe
         local = m.experts / lay.expert_parallel.astype(np.float64)
         routed = tok * m.top_k * m.capacity_factor
         per_expert = routed / local
         fe = float(m.expert_ffn_hidden_size)
-        fc1 = _time(system, dt, _Op(gemm(per_expert, h, fe * gate / t).flops * local,
-                                    gemm(per_expert, h, fe * gate / t).bytes * local), local)
-        fc2 = _time(system, dt, _Op(gemm(per_expert, fe / t, h).flops * local,
-                                    gemm(per_expert, fe / t, h).bytes * local), local)
+        # the local experts' GEMMs one after another, each quantized on its own
+        fc1 = linear(per_expert, h, fe * gate / t, local)
+        fc2 = linear(per_expert, fe / t, h, local)
         if m.shared_experts:
-            fc1 = fc1 + _time(system, dt, gemm(tok, h, fe * m.shared_experts * gate / t))
-            fc2 = fc2 + _time(system, dt, gemm(tok, fe * m.shared_experts / t, h))
+            fc1 = plus(fc1, linear(tok, h, fe * m.shared_experts * gate / t))
+            fc2 = plus(fc2, linear(tok, fe * m.shared_experts / t, h))
         ffn_cols = fe * (m.top_k * m.capacity_factor + m.shared_experts)
-        router = _time(system, dt, gemm(tok, h, float(m.experts)))
+        router = linear(tok, h, float(m.experts))
     zero = np.zeros_like(tok)
     norms = 2 * _time(system, dt, _Op(zero, 2 * el * tok * h / q))
     bda = 2 * _time(system, dt, _Op(zero, (3 * el + drop) * tok * h / q))
     act = _time(system, dt, _Op(zero, el * tok * ffn_cols * (gate + 1) / t))
     # qkv and fc1 are the column-parallel GEMMs whose backward carries the tensor-parallel
-    # collectives that the async path hides (their gradient GEMMs take their forward time).
+    # collectives that the async path hides under their two gradient GEMMs.
     attn_core_bwd = np.where(unfused, core_unfused_bwd, FLASH_BACKWARD_FACTOR * flash)
-    return {"gemm": qkv + proj + fc1 + fc2 + router, "attn_core": attn_core,
-            "attn_core_bwd": attn_core_bwd, "attn_mem": attn_mem, "mem": norms + bda + act,
-            "qkv": qkv, "fc1": fc1}
+    lin = (qkv, proj, fc1, fc2, router)
+    return {"gemm": sum((x[0] for x in lin), zero),
+            "gemm_dgrad": sum((x[1] for x in lin), zero),
+            "gemm_wgrad": sum((x[2] for x in lin), zero),
+            "attn_core": attn_core, "attn_core_bwd": attn_core_bwd, "attn_mem": attn_mem,
+            "mem": norms + bda + act, "qkv_dgrad": qkv[1], "qkv_wgrad": qkv[2],
+            "fc1_dgrad": fc1[1], "fc1_wgrad": fc1[2]}
 
 
 def _attention_products(system: System, dtype: str, scores_op: _Op,
@@ -291,7 +318,8 @@ def evaluate(system: System, model: Model, lay: Layouts) -> StepArrays:
     fwd_compute = ops["gemm"] + ops["attn_core"]
     fwd_mem = ops["mem"] + ops["attn_mem"]
     flash = lay.attention == Attention.FLASH
-    bwd_compute = 2 * ops["gemm"] + ops["attn_core_bwd"]
+    gemm_bwd = ops["gemm_dgrad"] + ops["gemm_wgrad"]
+    bwd_compute = gemm_bwd + ops["attn_core_bwd"]
     bwd_mem = BACKWARD_MEMORY_FACTOR * fwd_mem
     re_compute = np.where(rc == Recompute.FULL, fwd_compute,
                           np.where((rc == Recompute.SELECTIVE) & ~flash, ops["attn_core"], 0.0))
@@ -313,15 +341,16 @@ def evaluate(system: System, model: Model, lay: Layouts) -> StepArrays:
     # re-gather of the input runs under the input-gradient GEMM and the reduce-scatter of
     # that gradient under the weight-gradient GEMM. The row-parallel backward collectives
     # (all-gathers of the output gradient with sequence parallelism) stay exposed.
-    col = (ops["qkv"], ops["fc1"])
-    async_bwd = np.where(sp, 2 * ag + sum(_overlapped(ag, g) + _overlapped(rs, g) for g in col),
-                         sum(_overlapped(ar, g) for g in col))
+    col = (("qkv_dgrad", "qkv_wgrad"), ("fc1_dgrad", "fc1_wgrad"))
+    async_bwd = np.where(sp, 2 * ag + sum(_overlapped(ag, ops[dg]) + _overlapped(rs, ops[wg])
+                                          for dg, wg in col),
+                         sum(_overlapped(ar, ops[wg]) for _, wg in col))
     tp_bwd = np.where(lay.async_tp_grad_comm, async_bwd, tp_bwd)
     # With --tp-comm-overlap (sequence parallel only) the gathers and reduce-scatters run
     # in chunks under the GEMMs that consume and produce them: only the excess shows.
     hide = sp & lay.overlap_tp_comm
     tp_fwd = np.where(hide, np.maximum(tp_fwd - ops["gemm"], 0.0), tp_fwd)
-    tp_bwd = np.where(hide, np.maximum(tp_bwd - 2 * ops["gemm"], 0.0), tp_bwd)
+    tp_bwd = np.where(hide, np.maximum(tp_bwd - gemm_bwd, 0.0), tp_bwd)
     tp_layer = tp_fwd + tp_bwd + np.where(rc == Recompute.FULL, tp_fwd, 0.0)
 
     # Context parallel: ring exchange of K and V, overlapped with the attention core.
@@ -355,15 +384,19 @@ def evaluate(system: System, model: Model, lay: Layouts) -> StepArrays:
     # costs time only where it exceeds the GEMMs' compute, as a roofline would have it.
     fused_bytes = layer_params_rank * 2 * float(lay.grad_bytes)
     fused = _time(system, lay.compute_dtype, _Op(np.zeros_like(t), fused_bytes))
-    accum = np.where(lay.grad_accumulation_fusion, np.maximum(fused - ops["gemm"], 0.0), accum)
+    accum = np.where(lay.grad_accumulation_fusion, np.maximum(fused - ops["gemm_wgrad"], 0.0),
+                     accum)
     per_layer_compute = fwd_compute + bwd_compute + re_compute
     per_layer_mem = fwd_mem + bwd_mem + re_mem + accum
 
     # The output layer (last stage): logits GEMM forward and backward, fp32 softmax
     # cross-entropy read and written.
-    logits_op = _Op(2 * tok * h * model.vocab_size / t,
-                    el * (tok * h + h * model.vocab_size / t + tok * model.vocab_size / t))
-    logits = 3 * _time(system, lay.compute_dtype, logits_op)
+    vt = model.vocab_size / t
+    logits_op = _Op(2 * tok * h * vt, el * (tok * h + h * vt + tok * vt))
+    # forward (tokens x vocab/t), input gradient (tokens x h), weight gradient (h x vocab/t)
+    hh = np.full_like(tok, h)
+    logits = sum((_time(system, lay.compute_dtype, _Op(logits_op.flops, logits_op.bytes, shape))
+                  for shape in ((tok, vt, hh), (tok, hh, vt), (hh, vt, tok))), np.zeros_like(tok))
     xent = 3 * _time(system, lay.compute_dtype,
                      _Op(np.zeros_like(t), 2 * 4.0 * tok * model.vocab_size / t))
 

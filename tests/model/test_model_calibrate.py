@@ -75,7 +75,7 @@ def test_system_round_trip_and_calibrate_cli(tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     from netio.cli.model import EXIT_INPUT, EXIT_OK, main
 
-    for name in ("dgx-h100", "cs3-weight-streaming", "mi300x-8x400g"):
+    for name in ("dgx-h100", "dgx-a100-80gb", "cs3-weight-streaming", "mi300x-8x400g"):
         s = load_system(name)
         assert system_from_dict(system_to_dict(s)) == s
     prof = tmp_path / "profile.json"

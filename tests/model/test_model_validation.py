@@ -79,16 +79,21 @@ def test_korthikanti_table5_every_row_within_12_percent_median_within_6() -> Non
     attention products at the batched-matmul rates Anthony et al. 2024 measured by head
     dimension (Fig. 7: 0.30/0.35 of peak for Q K^T / P V at d = 96, 0.34/0.44 at 128,
     0.33/0.48 at 160), no longer as one GEMM of the batch's total FLOPs (0.58-0.67 of
-    peak by the curve; 0.46 for 22B, where the score matrix's traffic bound it).
+    peak by the curve; 0.46 for 22B, where the score matrix's traffic bound it), and every
+    linear layer's GEMM (forward, input and weight gradient) charged its tile and wave
+    quantization on the A100's 108 SMs at the best cuBLAS tile (netio/model/gemm.py, NVIDIA's
+    Matrix Multiplication Background guide).
 
     With the overlap the 2022 code really did (KORTHIKANTI_2022), every row is faster than
-    published: 22B -8.8/-11.6, 175B -6.5/-7.8, 530B -3.1/-5.3, 1T -1.0/-0.3 % (median
-    5.9 %); before the measured attention rates -10.8/-14.2, -7.7/-9.3, -4.0/-6.4,
-    -1.8/-1.4 % (median 7.1 %). The attention products are s/(6h) of a layer's GEMM
-    FLOPs, so the rates close the gap most for the smallest model, as the errors ask; what
-    remains (largest for 22B, whose measured per-layer times, Korthikanti's Table 4: 7.7 ms
-    forward, 11.9 ms backward, show it without any pipeline or step term) is not
-    explained by any cited rate."""
+    published: 22B -8.9/-11.7, 175B -6.2/-7.5, 530B -3.0/-5.2, 1T -0.7/-0.1 % (median
+    5.7 %); before the shape term -8.8/-11.6, -6.5/-7.8, -3.1/-5.3, -1.0/-0.3 % (median
+    5.9 %): the best tile fills almost every wave of these GEMMs (useful fraction 0.97-1.0),
+    so quantization is not the missing cost. Before the measured attention rates
+    -10.8/-14.2, -7.7/-9.3, -4.0/-6.4, -1.8/-1.4 % (median 7.1 %). The attention products
+    are s/(6h) of a layer's GEMM FLOPs, so the rates close the gap most for the smallest
+    model, as the errors ask; what remains (largest for 22B, whose measured per-layer times,
+    Korthikanti's Table 4: 7.7 ms forward, 11.9 ms backward, show it without any pipeline
+    or step term) is not explained by any cited rate."""
     errors = _table5_errors()
     bad = [(row, f"{e:+.1%}") for row, e in errors if abs(e) > 0.12]
     assert not bad, bad
@@ -101,7 +106,7 @@ def test_korthikanti_table5_every_row_within_12_percent_median_within_6() -> Non
 def test_korthikanti_22b_with_micro_batch_1_within_5_percent() -> None:
     # The issue states micro-batch 1 for every Table 5 row; calculon's tab5 configuration
     # (used above) runs the 22B model with one micro-batch of 4. With micro-batch 1 the
-    # model gives +2.1 % (full) and -0.4 % (seq-par + selective).
+    # model gives +2.3 % (full) and -0.3 % (seq-par + selective).
     system, model = load_system("dgx-a100-80gb"), load_model("megatron-22b")
     for rc, sp, ref in (("full", False, 1.42), ("selective", True, 1.10)):
         r = train(system, model, _execution(global_batch_size=4, micro_batch_size=1,
@@ -211,10 +216,11 @@ def test_korthikanti_preset_is_the_175b_seqsel_row() -> None:
         sequence_parallel=True, **KORTHIKANTI_2022)
 
 
-def test_narayanan_table2_every_row_within_10_percent_median_within_9() -> None:
-    """The issue's 10 % per row, NOT its 5 % median: the model is 7-10 % optimistic on
-    these rows (175B +9.5/+8.9/+8.1 %, 530B +9.2/+8.4/+7.3 %, median 8.6 %; before the
-    measured attention rates of the preset, +10.8/+10.1/+9.4 and +10.2/+9.4/+8.3 %).
+def test_narayanan_table2_every_row_within_9_5_percent_median_within_8_5() -> None:
+    """Within the issue's 10 % per row, NOT its 5 % median: the model is 7-9 % optimistic on
+    these rows (175B +9.1/+8.4/+7.7 %, 530B +9.0/+8.2/+7.1 %, median 8.3 %; before the GEMM
+    shape term of the preset +9.5/+8.9/+8.1 and +9.2/+8.4/+7.3 % (median 8.6 %); before the
+    measured attention rates, +10.8/+10.1/+9.4 and +10.2/+9.4/+8.3 %).
 
     With the 2021 software modelled as it was (NARAYANAN_2021: no overlap of any
     tensor-parallel, pipeline or data-parallel communication) no missing mechanism of the
@@ -223,13 +229,14 @@ def test_narayanan_table2_every_row_within_10_percent_median_within_9() -> None:
     model's 30) adds ~0.1 %, the flatten/unflatten copies of the gradient all-reduce
     ~0.1 %, the tied-embedding all-reduce between first and last stage ~0.01 %. The GEMM
     and attention rates are the cited ones of the preset (see the Table 5 test), so the
-    remaining ~8 % is not explained by them either. The model is checked to stay within
-    10 % per row, 9 % in the median, and to reproduce the scaling across GPU counts
-    (bubble and data-parallel terms) within 3 %."""
+    remaining ~8 % is not explained by them either, nor by tile and wave quantization (the
+    best tile fills almost every wave). The model is checked to stay within 9.5 % per row,
+    8.5 % in the median, and to reproduce the scaling across GPU counts (bubble and
+    data-parallel terms) within 3 % (it is within 1.8 %)."""
     errors = _table2_errors()
-    bad = [(row, f"{e:+.1%}") for row, e in errors if abs(e) > 0.10]
+    bad = [(row, f"{e:+.1%}") for row, e in errors if abs(e) > 0.095]
     assert not bad, bad
-    assert statistics.median(abs(e) for _, e in errors) <= 0.09, errors
+    assert statistics.median(abs(e) for _, e in errors) <= 0.085, errors
     for model_rows in (errors[:3], errors[3:]):
         first = model_rows[0][1]
         for _, e in model_rows[1:]:
