@@ -21,9 +21,10 @@ with the system's achieved-efficiency curves, and the times add up:
 * attention: decode reads the KV cache of every sequence (``D c_d`` tokens of context,
   ``2 g_r d`` elements per token and layer, ``g_r = max(g / tp, 1)`` KV heads per rank)
   and does ``4 D q c_d a d / tp`` FLOPs; prefill does ``4 P c_p a d / tp`` FLOPs with a
-  prompt token attending ``c_p`` = half its prompt on average (causal); unfused, the
-  prefill's products run at most at the system's measured rates by head dimension
-  where it gives them (as in training).
+  prompt token attending ``c_p`` = half its prompt on average (causal); fused, at most at
+  FlashAttention-3's published forward rate for the prompt's length (:class:`Serving`);
+  unfused, the prefill's products run at most at the system's measured rates by head
+  dimension where it gives them (as in training).
 * element-wise traffic that the engines do not fuse into GEMMs (residual-add + RMSNorm
   twice, rotary embedding + KV-cache write, SwiGLU), in the activation type.
 * tensor parallel: two all-reduces of ``m h`` activations per layer (Megatron-style
@@ -84,7 +85,7 @@ from netio.errors import ModelInputError
 from netio.model.collectives import Collective, best_time, paths
 from netio.model.layout import IntArray, ranks_per_node
 from netio.model.memory import expert_params, layer_params
-from netio.model.schema import DTYPE_BYTES, FloatArray, Model, System
+from netio.model.schema import DTYPE_BYTES, Curve, FloatArray, Model, System
 
 GiB = float(1 << 30)
 
@@ -154,6 +155,17 @@ class Serving:
     #: Average number of prompt tokens a prefill token attends to, as a fraction of the
     #: prompt: 0.5 for causal attention.
     causal_fraction: float = 0.5
+    #: Fused prefill attention's achieved fraction of the activation type's peak against
+    #: the prompt's length in tokens (interpolated in log length, held at the ends):
+    #: FlashAttention-3's forward pass on H100 SXM5, BF16, head dim 128 (Shah et al. 2024,
+    #: arXiv 2407.08608, Figure 5c): 467, 565, 625, 638, 646 and 648 TFLOPS of 989.4 at 512,
+    #: 1k, 2k, 4k, 8k and 16k tokens. The panel without the causal mask: the causal one is
+    #: at or below it at every length, so for a causal prompt this is an upper bound. A
+    #: ceiling on the GEMM curve, which otherwise lets attention reach the 0.80 of a large
+    #: GEMM. Hopper's; pass another accelerator's own (``Curve((1.0,), (1.0,))``: no limit).
+    fused_prefill_efficiency: Curve = field(default_factory=lambda: Curve(
+        (512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0),
+        tuple(t / 989.4 for t in (467.0, 565.0, 625.0, 638.0, 646.0, 648.0))))
     #: Whether attention is one fused kernel (FlashAttention / FlashDecoding, as every
     #: serving engine runs it). When not, the score matrix is written, and read and
     #: written again by the softmax (max, exponent, sum, divide): 6 passes over
@@ -362,7 +374,7 @@ ITERATION_TERMS = ("gemm_s", "attention_s", "elementwise_s", "lm_head_s", "tp_co
 
 def roofline_s(system: System, dtype: str, ratio: float, flops: FloatArray,
                bytes_: FloatArray, count: float | FloatArray = 1.0,
-               ceiling: float = 1.0) -> FloatArray:
+               ceiling: float | FloatArray = 1.0) -> FloatArray:
     """Seconds of ``count`` equal operations of ``flops`` FLOPs and ``bytes_`` bytes in
     all: the slower of compute (at the matmul curve, at most ``ceiling``, times
     ``ratio``) and memory."""
@@ -384,16 +396,22 @@ def padded_rows(serving: Serving, rows: FloatArray) -> FloatArray:
     return np.where(r < big / 2.0, np.ceil(r / small) * small, np.ceil(r / big) * big)
 
 
-def _unfused_prefill_ceiling(system: System, serving: Serving, head_dim: float) -> float:
-    """The most of peak an unfused prefill's attention products reach: half their FLOPs
-    in ``Q K^T``, half in ``P V``, each at the system's measured rate for the head
-    dimension (the training model's rule, :mod:`netio.model.training`), so the pair runs
-    at the harmonic mean of the two. No limit for fused attention or without the
-    measurements. Decode keeps the plain curve: its products are one or a few query rows
-    against the cache, not the square products the rates were measured on."""
+def _prefill_ceiling(system: System, serving: Serving, head_dim: float,
+                     prefill_context: FloatArray) -> float | FloatArray:
+    """The most of peak a prefill's attention reaches. Fused: the published rate of a fused
+    kernel at the prompt's length (``Serving.fused_prefill_efficiency``; the prompt is
+    ``prefill_context / causal_fraction`` tokens). Unfused: half the FLOPs in ``Q K^T``,
+    half in ``P V``, each at the system's measured rate for the head dimension (the
+    training model's rule, :mod:`netio.model.training`), so the pair runs at the harmonic
+    mean of the two; no limit without the measurements. Decode keeps the plain curve: its
+    products are one or a few query rows against the cache, not the square products the
+    rates were measured on."""
     acc = system.accelerator
+    if serving.attention_fused:
+        frac = serving.causal_fraction if serving.causal_fraction > 0 else 1.0
+        return serving.fused_prefill_efficiency.at(prefill_context / frac)
     score, value = acc.attention_score_efficiency, acc.attention_over_value_efficiency
-    if serving.attention_fused or score is None or value is None:
+    if score is None or value is None:
         return 1.0
     e_score, e_value = float(score.at(head_dim)), float(value.at(head_dim))
     return 2.0 / (1.0 / e_score + 1.0 / e_value)
@@ -461,7 +479,7 @@ def iteration(system: System, model: Model, serving: Serving, tp: FloatArray,
         pre_bytes = pre_bytes + 6.0 * ab * prefill_tokens * prefill_context * a / tp
     attn = (roofline_s(system, ad, ratio_a, dec_flops, dec_bytes)
             + roofline_s(system, ad, ratio_a, pre_flops, pre_bytes,
-                         ceiling=_unfused_prefill_ceiling(system, serving, d)))
+                         ceiling=_prefill_ceiling(system, serving, d, prefill_context)))
     # Unfused element-wise traffic per token: two residual-add + RMSNorm (read input and
     # residual, write residual and the normalised input in the GEMM type), rotary on Q
     # and K plus the KV-cache write, the gated activation (read gate and up, write one).
