@@ -65,12 +65,23 @@ def tile_useful_fraction(rows: npt.ArrayLike, cols: npt.ArrayLike, tile: tuple[i
                       dtype=np.float64)
 
 
+_TILE_ROWS = np.array([t[0] for t in CUBLAS_TILES], dtype=np.float64)
+_TILE_COLS = np.array([t[1] for t in CUBLAS_TILES], dtype=np.float64)
+
+
 def useful_fraction(rows: npt.ArrayLike, cols: npt.ArrayLike, multiprocessors: int,
                     batch: npt.ArrayLike = 1.0) -> FloatArray:
-    """:func:`tile_useful_fraction` at the best tile shape of :data:`CUBLAS_TILES`."""
-    fractions = [tile_useful_fraction(rows, cols, tile, multiprocessors, batch)
-                 for tile in CUBLAS_TILES]
-    return np.asarray(np.maximum.reduce(fractions), dtype=np.float64)
+    """:func:`tile_useful_fraction` at the best tile shape of :data:`CUBLAS_TILES` (all the
+    shapes in one broadcast over a trailing tile axis: this runs for every GEMM of every
+    evaluation)."""
+    r = np.asarray(rows, dtype=np.float64)[..., None]
+    c = np.asarray(cols, dtype=np.float64)[..., None]
+    bt = np.asarray(batch, dtype=np.float64)[..., None]
+    useful = r * c * bt
+    tiles = np.ceil(r / _TILE_ROWS) * np.ceil(c / _TILE_COLS) * np.ceil(bt)
+    waves = np.maximum(np.ceil(tiles / multiprocessors), 1.0)
+    best = (useful / (waves * multiprocessors * _TILE_ROWS * _TILE_COLS)).max(axis=-1)
+    return np.asarray(np.where(useful[..., 0] > 0, best, 1.0), dtype=np.float64)
 
 
 @functools.lru_cache(maxsize=64)
