@@ -206,15 +206,95 @@ def _client(job: dict[str, Any], ip: str, server_ip: str, port: int, out_q: Any)
     _profiled("client", main)
 
 
+def _profiled_sync(role: str, main: Callable[[], Any]) -> None:
+    """``main()`` (synchronous), under cProfile as :func:`_profiled` says."""
+    folder = os.environ.get("NETIO_BENCH_PROFILE")
+    if not folder:
+        main()
+        return
+    import cProfile
+
+    profile = cProfile.Profile()
+    profile.enable()
+    try:
+        main()
+    finally:
+        profile.disable()
+        profile.dump_stats(os.path.join(folder, f"{role}.prof"))
+
+
+def _sync_server(job: dict[str, Any], ip: str, port_q: Any, out_q: Any) -> None:
+    """The latency server in synchronous code: ``progress`` "poll" (the waiting thread
+    drives the engine) or "loop" (a private loop thread)."""
+    _env(job["pure"])
+
+    def main() -> None:
+        import netio
+        from netio.backends.soft.sockets import RxMode
+
+        with netio.open("soft", local_addr=ip, mtu=MTU, progress=job["progress"],
+                        rx_mode=RxMode(job.get("rx_mode", "auto"))) as ctx:
+            listener = ctx.listen(f"{ip}:0").wait(30)
+            port_q.put(listener.address[1])
+            ep = listener.accept(timeout_s=60).wait(60)
+            ping = ctx.register(bytearray(128))
+            nxt = ep.recv(ping[0:64])
+            ep.send(ctx.register(bytearray(b"go"))).wait(30)
+            cpu0 = time.process_time()
+            count = job["count"]
+            for _ in range(count):
+                nxt.wait(30)
+                nxt = ep.recv(ping[0:64])  # the next ping's receive before the pong (no RNR)
+                ep.send(ping[64:128]).wait(30)
+            nxt.wait(30)  # the client's "done"
+            out_q.put({"server": ep.counters(),
+                       "server_cpu_us": (time.process_time() - cpu0) / count * 1e6})
+
+    _profiled_sync("server", main)
+
+
+def _sync_client(job: dict[str, Any], ip: str, server_ip: str, port: int, out_q: Any) -> None:
+    _env(job["pure"])
+
+    def main() -> None:
+        import netio
+        from netio.backends.soft.sockets import RxMode
+
+        with netio.open("soft", local_addr=ip, mtu=MTU, progress=job["progress"],
+                        rx_mode=RxMode(job.get("rx_mode", "auto"))) as ctx:
+            ep = ctx.connect(f"{server_ip}:{port}").wait(30)
+            ep.recv(ctx.register(bytearray(64))).wait(30)
+            ping = ctx.register(bytearray(64))
+            count = job["count"]
+            rtts = []
+            cpu0 = time.process_time()
+            for _ in range(count):
+                t = time.perf_counter()
+                pong = ep.recv(ping)
+                ep.send(ping).wait(30)
+                pong.wait(30)
+                rtts.append(time.perf_counter() - t)
+            cpu_us = (time.process_time() - cpu0) / count * 1e6
+            ep.send(ctx.register(bytearray(b"done"))).wait(30)
+            out_q.put({"one_way_us": statistics.median(rtts) / 2 * 1e6,
+                       "one_way_avg_us": statistics.fmean(rtts) / 2 * 1e6,
+                       "client_cpu_us": cpu_us, "client": ep.counters()})
+
+    _profiled_sync("client", main)
+
+
 def netio_run(job: dict[str, Any]) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     server_ip, client_ip = _addresses()
     port_q, out_q = ctx.Queue(), ctx.Queue()
-    server = ctx.Process(target=_server, args=(job, server_ip, port_q, out_q))
+    sync = job["kind"] == "latency_sync"
+    server = ctx.Process(target=_sync_server if sync else _server,
+                         args=(job, server_ip, port_q, out_q))
     server.start()
     try:
         port = port_q.get(timeout=60)
-        client = ctx.Process(target=_client, args=(job, client_ip, server_ip, port, out_q))
+        client = ctx.Process(target=_sync_client if sync else _client,
+                             args=(job, client_ip, server_ip, port, out_q))
         client.start()
         first = out_q.get(timeout=300)
         second = out_q.get(timeout=60)

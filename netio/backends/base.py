@@ -249,6 +249,18 @@ class BackendQp(Protocol):
         ...
 
 
+class Progressable(Protocol):
+    """Optional: a backend the waiting thread can drive itself (``progress="poll"``).
+
+    ``progress`` does, without blocking, what the event loop would do for the backend:
+    take in what has arrived, run the timers that are due, send what is ready, and call
+    the QPs' ``notify`` for completions. True when it did anything (a wait keeps spinning
+    after progress). The soft backend polls its sockets; a verbs backend would poll its
+    CQs. A backend without it still works polled: the wait turns the loop instead."""
+
+    def progress(self) -> bool: ...
+
+
 class Backend(Protocol):
     """One context's backend: its device, protection domain and QPs."""
 
@@ -283,6 +295,7 @@ __all__ = [
     "Candidate",
     "Description",
     "Notify",
+    "Progressable",
     "QpAddress",
     "QpOptions",
     "RecvRequest",

@@ -274,6 +274,15 @@ class SoftBackend:
                         qp_type: QpType = QpType.RC, psn: int | None = None) -> SoftQp:
         return SoftQp(self, self.driver_for(local_ip), options, notify, qp_type, psn)
 
+    def progress(self) -> bool:
+        """Drive every driver once without blocking (``progress="poll"``; see
+        :meth:`SoftRoceDriver.poll_progress`)."""
+        did = False
+        for driver in self._drivers.values():
+            if driver.poll_progress():
+                did = True
+        return did
+
     def describe(self) -> Description:
         ips = list(self._drivers) or (
             [ipaddress.IPv4Address(self._local_addr)] if self._local_addr else [])

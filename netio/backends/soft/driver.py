@@ -7,7 +7,11 @@ sockets, a clock and timers (aioquic's ``asyncio/protocol.py`` pattern):
 * after every batch of input, every posted work request (:meth:`SoftRoceDriver.kick`)
   and every timer, the driver sends what ``datagrams_to_send`` returns and
   re-arms one ``loop.call_at`` for the earliest engine deadline;
-* coroutines wait for completions with :meth:`SoftRoceDriver.wait_cq`.
+* coroutines wait for completions with :meth:`SoftRoceDriver.wait_cq`;
+* a thread that drives the context itself (``progress="poll"``) calls
+  :meth:`SoftRoceDriver.poll_progress` in its spin loop instead: the same input, output
+  and timer steps, without blocking and without the loop (the loop's reader and timer
+  stay registered for when that thread sleeps in epoll).
 
 Datagrams go out from UDP port ``0xC000 | f(QPN)`` (the engine picks it the
 way rxe does) to port 4791, with the QP's DSCP/ECN in the TOS byte, DF set and
@@ -401,8 +405,50 @@ class SoftRoceDriver:
         self._after_input(now_ns)
 
     def _deferred_flush(self) -> None:
+        if not self._flush_scheduled:
+            return  # flushed already (a post, or a polled progress)
         self._flush_scheduled = False
         self._after_input(time.monotonic_ns())
+
+    def poll_progress(self) -> bool:
+        """One non-blocking pass for a thread that drives the engine itself: what waits in
+        the receive socket (``recvmmsg`` + the native path), the engine timer if due, and
+        the output. True when a datagram came in or a timer fired. Held ACKs go out with
+        the next post (the answer of a ping-pong) or at the next pass, as
+        :meth:`_on_readable` does with its deferred flush."""
+        if self._closed:
+            return False
+        now_ns = time.monotonic_ns()
+        if self._flush_scheduled:
+            self._flush_scheduled = False
+            self._after_input(now_ns)
+        sock = self._raw_sock if self._raw_sock is not None else self._udp_sock
+        if sock is None:
+            return False
+        got = self.stats.datagrams_received
+        if self._ring is not None:
+            self._drain_ring(self._ring, sock, now_ns)
+        elif self._raw_sock is not None:
+            self._drain_raw(self._raw_sock, now_ns)
+        else:
+            self._drain_udp(sock, now_ns)
+        fired = False
+        at = self._timer_at_ns
+        if at is not None and at <= now_ns:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._on_timer()  # sends, re-arms and wakes
+            fired = True
+        if self.stats.datagrams_received == got:
+            return fired
+        if self.engine.acks_held:
+            self._wake_waiters()
+            if not self._flush_scheduled and self._loop is not None:
+                self._flush_scheduled = True
+                self._loop.call_soon(self._deferred_flush)  # also when the loop runs next
+            return True
+        self._after_input(now_ns)
+        return True
 
     def _drain_ring(self, ring: RxRing, sock: socket.socket, now_ns: int) -> None:
         """Native path: recvmmsg batches; the engine places what it can in C and hands
