@@ -203,14 +203,15 @@ class Runner:
                     return
                 idle_until = time.monotonic() + POLL_SPIN_S
             spins += 1
+            turn = not spins % _TURN_EVERY
+            for other in others:  # the other end may be in this thread: its timers too
+                other.nudge(turn)
             # A spin that found nothing lets another task on this core run: the peer we
             # wait for may be it (perftest's and sockperf's spin assumes a free core).
             os.sched_yield()
-            if spins % _TURN_EVERY:
+            if not turn:
                 continue
             self._turn()
-            for other in others:
-                other.nudge()
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 return
@@ -249,8 +250,9 @@ class Runner:
             timer.cancel()
             future.remove_done_callback(stop)
 
-    def nudge(self) -> None:
-        """Drive this polled runner once if no thread is driving it."""
+    def nudge(self, turn: bool = True) -> None:
+        """Drive this polled runner once if no thread is driving it (``turn``: its loop
+        too)."""
         if not self._lock.acquire(blocking=False):
             return
         try:
@@ -258,7 +260,8 @@ class Runner:
                 return
             if self._progress is not None:
                 self._progress()
-            self._turn()
+            if turn:
+                self._turn()
         finally:
             self._lock.release()
 
