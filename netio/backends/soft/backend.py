@@ -100,7 +100,7 @@ class SoftQp:
         self._psn = random.getrandbits(24) if psn is None else psn & 0xFFFFFF
         self._closed = False
         self._posted: deque[tuple[int, MemoryRegion | None]] = deque()
-        driver.add_progress_callback(notify)
+        driver.add_progress_callback(notify, self._cq)
         if qp_type is QpType.UD:  # a UD QP needs no peer to reach RTS
             attrs = self._attrs(None, SOFT_MAX_MTU_BYTES)
             for state in (QpState.INIT, QpState.RTR, QpState.RTS):

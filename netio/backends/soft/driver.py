@@ -52,7 +52,7 @@ from netio.backends.soft.sockets import (
 from netio.errors import DriverSocketError
 from netio.roce.engine import CompletionQueue, OutgoingDatagram, OutgoingRun, RoceEngine
 from netio.roce.link import FaultyLink, LinkFaults
-from netio.roce.native_path import UDP_GRO, RxRing
+from netio.roce.native_path import UDP_GRO, RxRing, recycle
 from netio.roce.qp import QueuePair
 from netio.roce.verbs import Completion, RecvWr, SendWr
 
@@ -182,7 +182,7 @@ class SoftRoceDriver:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at_ns: int | None = None
         self._waiters: list[_Waiter] = []
-        self._progress: list[Callable[[], None]] = []
+        self._progress: list[tuple[Callable[[], None], CompletionQueue | None]] = []
         self._closed = False
         self._flush_scheduled = False
         self._linger_handle: asyncio.TimerHandle | None = None
@@ -646,7 +646,9 @@ class SoftRoceDriver:
             if self.stats.last_tx_error != message:
                 log.warning("soft RoCE send to %s failed: %s", d.dst_ip, message)
             self.stats.last_tx_error = message
+            recycle(run)
             return True
+        recycle(run)  # all of it went: sendmmsg copied the packets
         return True
 
     def _want_writable(self, sock: socket.socket) -> None:
@@ -672,7 +674,10 @@ class SoftRoceDriver:
             nxt = self._link.next_delivery_ns()
             if nxt is not None and (deadline is None or nxt < deadline):
                 deadline = nxt
-        if deadline == self._timer_at_ns:
+        armed = self._timer_at_ns
+        if armed is not None and (deadline is None or armed <= deadline):
+            # The armed timer comes first: it finds nothing due and re-arms. Cheaper than
+            # a new TimerHandle for every send and ACK, which move the deadline later.
             return
         if self._timer is not None:
             self._timer.cancel()
@@ -685,23 +690,28 @@ class SoftRoceDriver:
     def _on_timer(self) -> None:
         self._timer = None
         self._timer_at_ns = None
-        self.stats.timer_fires += 1
         now_ns = time.monotonic_ns()
+        due = self.engine.get_timer()
+        if due is not None and due <= now_ns:
+            self.stats.timer_fires += 1  # a deadline came (not an early, lazy timer)
         self.engine.handle_timer(now_ns)
         self._after_input(now_ns)
 
-    def add_progress_callback(self, callback: Callable[[], None]) -> None:
+    def add_progress_callback(self, callback: Callable[[], None],
+                              cq: CompletionQueue | None = None) -> None:
         """Call ``callback`` after every batch of input, post and timer (completions may
-        be waiting): how the IO API learns of completions without a waiter per CQ."""
-        self._progress.append(callback)
+        be waiting): how the IO API learns of completions without a waiter per CQ. With
+        ``cq``, only when ``cq`` holds completions (a post or an ACK that completed
+        nothing then costs no call into the IO API)."""
+        self._progress.append((callback, cq))
 
     def remove_progress_callback(self, callback: Callable[[], None]) -> None:
-        if callback in self._progress:
-            self._progress.remove(callback)
+        self._progress = [(c, q) for c, q in self._progress if c is not callback]
 
     def _wake_waiters(self) -> None:
-        for callback in tuple(self._progress):
-            callback()
+        for callback, cq in tuple(self._progress):
+            if cq is None or len(cq):
+                callback()
         if not self._waiters:
             return
         for w in self._waiters:
