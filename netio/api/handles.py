@@ -119,6 +119,18 @@ class Runner:
 
     def call(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the loop: now when already there, else as soon as the loop can."""
+        if self.polled and not self.loop.is_running():
+            # (first: cheaper than asking asyncio for the running loop, which raises)
+            if self.loop.is_closed():
+                raise ClosedError("the context's event loop is closed")
+            if self._lock.acquire(blocking=False):
+                try:
+                    fn()
+                finally:
+                    self._lock.release()
+            else:  # another thread drives it (spinning): it runs this at its next turn
+                self.loop.call_soon_threadsafe(fn)
+            return
         if self.on_loop_thread():
             fn()
         elif self.loop.is_closed():
@@ -323,7 +335,8 @@ class Pending(Generic[T]):
 
     def wait(self, timeout_s: float | None = None) -> T:
         """Block until the operation finishes; its outcome. Raises :class:`Timeout`."""
-        if self._runner.on_loop_thread():
+        runner = self._runner
+        if not (runner.polled and not runner.loop.is_running()) and runner.on_loop_thread():
             raise IoError("wait() would block the event loop the operation runs on; "
                           "use 'await' in asynchronous code")
         if self._future.done():

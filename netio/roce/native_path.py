@@ -250,12 +250,13 @@ def build_run(qp: QpPort, wr: SendWr, length: int, npkts: int, k0: int, psn0: in
     lib, ffi = native.lib, native.ffi
     op = _WR_OP.get(wr.opcode)
     attrs = qp.attrs
+    qp_type = int(qp.qp_type)
+    if op is None or lib is None or qp_type not in (2, 3) or count <= 0:
+        return None
     dst = attrs.remote_ip
     local = qp.engine.local_ip
-    qp_type = int(qp.qp_type)
-    if (op is None or lib is None or qp_type not in (2, 3) or count <= 0
-            or not isinstance(dst, ipaddress.IPv4Address)
-            or not isinstance(local, ipaddress.IPv4Address)):
+    if not isinstance(dst, ipaddress.IPv4Address) or not isinstance(
+            local, ipaddress.IPv4Address):
         return None
     operation, with_imm = op
     transport = int(Transport.RC) if qp_type == 2 else int(Transport.UC)
@@ -309,10 +310,10 @@ def build_run(qp: QpPort, wr: SendWr, length: int, npkts: int, k0: int, psn0: in
                 run = _pooled_run()
             else:
                 run = TxRun(_RUN_CAPACITY, 4 * _RUN_CAPACITY + len(sges) + 1)
-        before = run.payload_bytes
         if lib.netio_tx_build(msg, sge, len(sges), k0, psn0, count, noack, run.batch) >= 0:
             run._keep += handles
-            return run, int(noack[0]), run.payload_bytes - before
+            mtu = attrs.path_mtu_bytes  # the payload bytes of packets k0 .. k0+count-1
+            return run, int(noack[0]), min(length, (k0 + count) * mtu) - min(length, k0 * mtu)
     return None
 
 
