@@ -49,8 +49,8 @@ T = TypeVar("T")
 _THREAD_JOIN_S = 5.0
 #: Polled progress: how long a wait spins without any progress before it sleeps in
 #: epoll (a ping-pong's answer comes back well within it; an idle wait costs one core
-#: for this long, then nothing).
-POLL_SPIN_S = float(os.environ.get("NETIO_POLL_SPIN_US", "2000")) / 1e6
+#: for this long, then nothing). ``NETIO_POLL_SPIN_US`` sets it (0: sleep at once).
+POLL_SPIN_S = float(os.environ.get("NETIO_POLL_SPIN_US", "200")) / 1e6
 #: Polled progress: spins between two non-blocking turns of the loop (control path).
 _TURN_EVERY = 64
 #: Polled progress: the longest sleep while other polled contexts need driving too.
@@ -214,13 +214,14 @@ class Runner:
                 if future.done():
                     return
                 idle_until = time.monotonic() + POLL_SPIN_S
+            else:
+                # A spin that found nothing lets another task on this core run: the peer
+                # we wait for may be it (perftest's and sockperf's spin assume a free core).
+                os.sched_yield()
             spins += 1
             turn = not spins % _TURN_EVERY
             for other in others:  # the other end may be in this thread: its timers too
                 other.nudge(turn)
-            # A spin that found nothing lets another task on this core run: the peer we
-            # wait for may be it (perftest's and sockperf's spin assumes a free core).
-            os.sched_yield()
             if not turn:
                 continue
             self._turn()
