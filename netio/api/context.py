@@ -695,7 +695,7 @@ def open(backend: str = "auto", *, device: str | None = None, port: int | None =
     if progress == "poll":
         runner = Runner.polled_by_caller()
         # the optional hook of netio.backends.base.Progressable: drive without blocking
-        runner.set_progress(getattr(made, "progress", None))
+        runner.set_progress(getattr(made, "progress", None), getattr(made, "progress_fds", None))
     else:
         runner = Runner.current_or_private()
     return Context(made, ContextOptions(made.name, timeout_s, mtu, qp), runner)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import select
 import threading
 import time
 import weakref
@@ -51,6 +52,9 @@ _THREAD_JOIN_S = 5.0
 #: epoll (a ping-pong's answer comes back well within it; an idle wait costs one core
 #: for this long, then nothing). ``NETIO_POLL_SPIN_US`` sets it (0: sleep at once).
 POLL_SPIN_S = float(os.environ.get("NETIO_POLL_SPIN_US", "200")) / 1e6
+#: Polled progress: after the spin, how long a wait sleeps in poll(2) on the backend's
+#: descriptors (a fast wake-up for data) before it sleeps in the loop (everything else).
+_DIRECT_SLEEP_S = 0.01
 #: Polled progress: spins between two non-blocking turns of the loop (control path).
 _TURN_EVERY = 64
 #: Polled progress: the longest sleep while other polled contexts need driving too.
@@ -74,6 +78,7 @@ class Runner:
         # polled: held by the thread that drives the loop and the backend
         self._lock = threading.RLock()
         self._progress: Callable[[], bool] | None = None
+        self._progress_fds: Callable[[], list[int]] | None = None
 
     @classmethod
     def polled_by_caller(cls) -> Runner:
@@ -82,10 +87,12 @@ class Runner:
         _polled.add(runner)
         return runner
 
-    def set_progress(self, progress: Callable[[], bool] | None) -> None:
-        """The backend's non-blocking progress hook (True when it did anything); a
-        polled wait calls it in its spin loop."""
+    def set_progress(self, progress: Callable[[], bool] | None,
+                     fds: Callable[[], list[int]] | None = None) -> None:
+        """The backend's non-blocking progress hook (True when it did anything), which a
+        polled wait calls in its spin loop, and the descriptors that wake it (optional)."""
         self._progress = progress
+        self._progress_fds = fds
 
     @classmethod
     def current_or_private(cls) -> Runner:
@@ -208,12 +215,14 @@ class Runner:
         progress = self._progress or _nothing
         others = [r for r in _polled if r is not self]
         idle_until = time.monotonic() + POLL_SPIN_S
+        direct_until: float | None = None
         spins = 0
         while not future.done():
             if progress():
                 if future.done():
                     return
                 idle_until = time.monotonic() + POLL_SPIN_S
+                direct_until = None
             else:
                 # A spin that found nothing lets another task on this core run: the peer
                 # we wait for may be it (perftest's and sockperf's spin assume a free core).
@@ -230,9 +239,18 @@ class Runner:
                 return
             if now >= idle_until and not future.done():
                 sleep_s = 3600.0 if deadline is None else deadline - now
+                if direct_until is None:
+                    direct_until = now + _DIRECT_SLEEP_S
+                fds = self._progress_fds() if self._progress_fds is not None else []
+                if now < direct_until and fds and not others:
+                    # Data wakes this sleep at once; the spin resumes, the loop turns at
+                    # the next turn boundary (the control path waits that long at most).
+                    _sleep_on(fds, min(sleep_s, direct_until - now))
+                    continue
                 self._sleep(future, min(sleep_s, _SHARED_SLEEP_S) if others else sleep_s)
                 others = [r for r in _polled if r is not self]
                 idle_until = time.monotonic() + POLL_SPIN_S
+                direct_until = None
 
     def _close_polled(self) -> None:
         with self._lock:
@@ -281,6 +299,14 @@ class Runner:
 
 def _nothing() -> bool:
     return False
+
+
+def _sleep_on(fds: list[int], seconds: float) -> None:
+    """Sleep until one of ``fds`` is readable or ``seconds`` pass."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    poller.poll(max(0, int(seconds * 1000 + 0.999)))
 
 
 def _off_foreign_loop(fn: Callable[[], T]) -> T:

@@ -256,9 +256,14 @@ class Progressable(Protocol):
     take in what has arrived, run the timers that are due, send what is ready, and call
     the QPs' ``notify`` for completions. True when it did anything (a wait keeps spinning
     after progress). The soft backend polls its sockets; a verbs backend would poll its
-    CQs. A backend without it still works polled: the wait turns the loop instead."""
+    CQs. A backend without it still works polled: the wait turns the loop instead.
+    ``progress_fds`` (also optional) names the file descriptors that become readable when
+    ``progress`` has work: a wait that stopped spinning first sleeps in ``poll(2)`` on them,
+    which wakes faster than a turn of the event loop."""
 
     def progress(self) -> bool: ...
+
+    def progress_fds(self) -> list[int]: ...
 
 
 class Backend(Protocol):

@@ -274,6 +274,10 @@ class SoftBackend:
                         qp_type: QpType = QpType.RC, psn: int | None = None) -> SoftQp:
         return SoftQp(self, self.driver_for(local_ip), options, notify, qp_type, psn)
 
+    def progress_fds(self) -> list[int]:
+        """The receive sockets :meth:`progress` reads."""
+        return [fd for d in self._drivers.values() if (fd := d.rx_fd) is not None]
+
     def progress(self) -> bool:
         """Drive every driver once without blocking (``progress="poll"``; see
         :meth:`SoftRoceDriver.poll_progress`)."""

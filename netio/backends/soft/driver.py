@@ -410,6 +410,12 @@ class SoftRoceDriver:
         self._flush_scheduled = False
         self._after_input(time.monotonic_ns())
 
+    @property
+    def rx_fd(self) -> int | None:
+        """The socket datagrams arrive on (None once closed)."""
+        sock = self._raw_sock if self._raw_sock is not None else self._udp_sock
+        return None if sock is None or self._closed else sock.fileno()
+
     def poll_progress(self) -> bool:
         """One non-blocking pass for a thread that drives the engine itself: what waits in
         the receive socket (``recvmmsg`` + the native path), the engine timer if due, and
