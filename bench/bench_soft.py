@@ -12,11 +12,13 @@ Every netio figure uses the public API (``netio.open("soft", local_addr=...)``,
   ``recvmmsg`` pair in C (netio._native's udpbench: no headers, no ICRC, 4 KiB
   datagrams); the references count what the receiver got, per second between its first
   and last datagram;
-* latency: 64 B SEND ping-pong, half the round trip (sockperf's convention), against
-  ``sockperf ping-pong`` UDP 64 B and against a plain Python asyncio UDP ping-pong (the
-  floor of any asyncio design), with the client's CPU time per round trip;
-* message rate: 64 B WRITE and SEND posted in batches against the C pair with 64 B
-  datagrams;
+* latency: 64 B SEND ping-pong, half the round trip (sockperf's convention), in
+  synchronous code with ``progress="poll"`` (the waiting thread drives the engine), in
+  synchronous code with the private loop thread, and with asyncio, against ``sockperf
+  ping-pong`` UDP 64 B and against a plain Python asyncio UDP ping-pong (the floor of any
+  asyncio design), with the client's CPU time per round trip;
+* message rate: 64 B WRITE and SEND posted with ``ep.post`` in batches (polled and
+  asyncio) against the C pair with 64 B datagrams;
 * UDP GSO/GRO: the 1 MiB WRITE with the soft driver's ``gso`` and ``gro`` off and on
   (``NETIO_SOFT_GSO``/``NETIO_SOFT_GRO``; UDP receive on both sides), against the same
   pair and iperf3;
@@ -165,6 +167,7 @@ def _client(job: dict[str, Any], ip: str, server_ip: str, port: int, out_q: Any)
             result: dict[str, Any] = {}
             slots = TARGET_MIB * MIB // size
             t0 = time.perf_counter()
+            cpu0 = time.process_time()
             if kind in ("write_bw", "write_rate", "send_rate"):
                 batch = job["batch"]
 
@@ -183,7 +186,8 @@ def _client(job: dict[str, Any], ip: str, server_ip: str, port: int, out_q: Any)
                     await p
                 took = time.perf_counter() - t0
                 result = {"seconds": took, "mib_s": count * size / took / MIB,
-                          "msg_s": count / took}
+                          "msg_s": count / took, "client_cpu_us": (time.process_time()
+                                                                  - cpu0) / count * 1e6}
             elif kind == "latency":
                 ping = ctx.register(bytearray(64))
                 rtts = []
@@ -206,15 +210,133 @@ def _client(job: dict[str, Any], ip: str, server_ip: str, port: int, out_q: Any)
     _profiled("client", main)
 
 
+def _profiled_sync(role: str, main: Callable[[], Any]) -> None:
+    """``main()`` (synchronous), under cProfile as :func:`_profiled` says."""
+    folder = os.environ.get("NETIO_BENCH_PROFILE")
+    if not folder:
+        main()
+        return
+    import cProfile
+
+    profile = cProfile.Profile()
+    profile.enable()
+    try:
+        main()
+    finally:
+        profile.disable()
+        profile.dump_stats(os.path.join(folder, f"{role}.prof"))
+
+
+def _sync_server(job: dict[str, Any], ip: str, port_q: Any, out_q: Any) -> None:
+    """The server in synchronous code: ``progress`` "poll" (the waiting thread drives the
+    engine) or "loop" (a private loop thread); kinds ``latency`` and ``*_rate``."""
+    _env(job["pure"])
+
+    def main() -> None:
+        import netio
+        from netio.api.endpoint import WorkRequest
+        from netio.backends.soft.sockets import RxMode
+
+        with netio.open("soft", local_addr=ip, mtu=MTU, progress=job["progress"],
+                        rx_mode=RxMode(job.get("rx_mode", "auto"))) as ctx:
+            target = ctx.register(bytearray(TARGET_MIB * MIB))
+            listener = ctx.listen(f"{ip}:0").wait(30)
+            port_q.put(listener.address[1])
+            ep = listener.accept(timeout_s=60).wait(60)
+            count = job["count"]
+            posted = []
+            if job["kind"] == "send_rate":  # receives first: a SEND consumes the oldest
+                inbox = ctx.register(bytearray(64 * 65536))
+                posted = [ep.post([WorkRequest.recv(inbox[(k % 65536) * 64:
+                                                          (k % 65536 + 1) * 64])
+                                   for k in range(i, min(count, i + 1024))])
+                          for i in range(0, count, 1024)]
+            ping = ctx.register(bytearray(128))
+            nxt = ep.recv(ping[0:64])
+            ep.send(ctx.register(bytearray(target.descriptor()))).wait(30)
+            cpu0 = time.process_time()
+            if job["kind"] == "latency":
+                for _ in range(count):
+                    nxt.wait(30)
+                    nxt = ep.recv(ping[0:64])  # the next ping's receive before the pong
+                    ep.send(ping[64:128]).wait(30)
+            for p in posted:
+                p.wait(300)
+            nxt.wait(300)  # the client's "done"
+            out_q.put({"server": ep.counters(),
+                       "server_cpu_us": (time.process_time() - cpu0) / count * 1e6})
+
+    _profiled_sync("server", main)
+
+
+def _sync_client(job: dict[str, Any], ip: str, server_ip: str, port: int, out_q: Any) -> None:
+    _env(job["pure"])
+
+    def main() -> None:
+        import netio
+        from netio.api.endpoint import WorkRequest
+        from netio.backends.soft.sockets import RxMode
+
+        with netio.open("soft", local_addr=ip, mtu=MTU, progress=job["progress"],
+                        rx_mode=RxMode(job.get("rx_mode", "auto"))) as ctx:
+            ep = ctx.connect(f"{server_ip}:{port}").wait(30)
+            box = bytearray(netio.api.region.DESCRIPTOR_BYTES)
+            ep.recv(ctx.register(box)).wait(30)
+            remote = netio.RemoteRegion.from_descriptor(box)
+            ping = ctx.register(bytearray(64))
+            count, kind = job["count"], job["kind"]
+            result: dict[str, Any] = {}
+            cpu0 = time.process_time()
+            if kind == "latency":
+                rtts = []
+                for _ in range(count):
+                    t = time.perf_counter()
+                    pong = ep.recv(ping)
+                    ep.send(ping).wait(30)
+                    pong.wait(30)
+                    rtts.append(time.perf_counter() - t)
+                result = {"one_way_us": statistics.median(rtts) / 2 * 1e6,
+                          "one_way_avg_us": statistics.fmean(rtts) / 2 * 1e6}
+            else:
+                size, batch = job["size"], job["batch"]
+                slots = TARGET_MIB * MIB // size
+                t0 = time.perf_counter()
+                inflight: list[Any] = []
+                for i in range(0, count, batch):
+                    if kind == "send_rate":
+                        reqs = [WorkRequest.send(ping[0:size])
+                                for _ in range(i, min(count, i + batch))]
+                    else:
+                        reqs = [WorkRequest.write(ping[0:size], remote[(k % slots) * size:
+                                                                       (k % slots + 1) * size])
+                                for k in range(i, min(count, i + batch))]
+                    inflight.append(ep.post(reqs))
+                    if len(inflight) >= job["batches_in_flight"]:
+                        inflight.pop(0).wait(60)
+                for p in inflight:
+                    p.wait(60)
+                took = time.perf_counter() - t0
+                result = {"seconds": took, "msg_s": count / took}
+            result["client_cpu_us"] = (time.process_time() - cpu0) / count * 1e6
+            ep.send(ctx.register(bytearray(b"done"))).wait(30)
+            result["client"] = ep.counters()
+            out_q.put(result)
+
+    _profiled_sync("client", main)
+
+
 def netio_run(job: dict[str, Any]) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     server_ip, client_ip = _addresses()
     port_q, out_q = ctx.Queue(), ctx.Queue()
-    server = ctx.Process(target=_server, args=(job, server_ip, port_q, out_q))
+    sync = "progress" in job  # the synchronous API, polled or with a loop thread
+    server = ctx.Process(target=_sync_server if sync else _server,
+                         args=(job, server_ip, port_q, out_q))
     server.start()
     try:
         port = port_q.get(timeout=60)
-        client = ctx.Process(target=_client, args=(job, client_ip, server_ip, port, out_q))
+        client = ctx.Process(target=_sync_client if sync else _client,
+                             args=(job, client_ip, server_ip, port, out_q))
         client.start()
         first = out_q.get(timeout=300)
         second = out_q.get(timeout=60)
@@ -572,41 +694,61 @@ def main(argv: list[str] | None = None) -> int:
         n = int(4000 * q)
         lat_job = {**base, "kind": "latency", "size": 64, "count": n, "pure": False}
         lat = _rounds(runs, {
+            "poll": lambda: netio_run({**lat_job, "progress": "poll"}),
+            "thread": lambda: netio_run({**lat_job, "progress": "loop"}),
             "native": lambda: netio_run(lat_job),
             "pure": lambda: netio_run({**lat_job, "pure": True}),
             "sockperf": lambda: {"one_way_us": sockperf_latency(3 * q + 1) or float("nan")},
             "asyncio": lambda: asyncio_udp_latency(n),
         }, "one_way_us")
         cpu = {name: [float(r["client_cpu_us"]) for r in rs] for name, rs in _LAST.items()
-               if name in ("native", "pure", "asyncio")}
+               if name != "sockperf"}
         print("\n64 B SEND latency, half round trip [us] (netio: median; sockperf: its avg); "
               "client CPU per round trip [us]")
-        print(f"  netio soft native      {_med(lat['native']):9.1f}   CPU "
-              f"{_med(cpu['native']):7.1f}")
-        print(f"  netio soft pure        {_med(lat['pure']):9.1f}   CPU {_med(cpu['pure']):7.1f}"
+        print(f"  netio poll (sync wait) {_med(lat['poll']):9.1f}   CPU "
+              f"{_med(cpu['poll']):7.1f}   netio poll/sockperf "
+              f"{_ratio(lat['poll'], lat['sockperf'])}")
+        print(f"  netio loop thread sync {_med(lat['thread']):9.1f}   CPU "
+              f"{_med(cpu['thread']):7.1f}   poll/thread {_ratio(lat['poll'], lat['thread'])}")
+        print(f"  netio asyncio native   {_med(lat['native']):9.1f}   CPU "
+              f"{_med(cpu['native']):7.1f}   poll/asyncio {_ratio(lat['poll'], lat['native'])}"
+              f"   asyncio/sockperf {_ratio(lat['native'], lat['sockperf'])}")
+        print(f"  netio asyncio pure     {_med(lat['pure']):9.1f}   CPU {_med(cpu['pure']):7.1f}"
               f"   native/pure {_ratio(lat['native'], lat['pure'])}")
-        print(f"  sockperf ping-pong UDP {_med(lat['sockperf']):9.1f}   netio/sockperf "
-              f"{_ratio(lat['native'], lat['sockperf'])}")
+        print(f"  sockperf ping-pong UDP {_med(lat['sockperf']):9.1f}")
         print(f"  asyncio UDP ping-pong  {_med(lat['asyncio']):9.1f}   CPU "
-              f"{_med(cpu['asyncio']):7.1f}   netio/asyncio {_ratio(lat['native'], lat['asyncio'])}"
-              "  (the floor of a Python event loop)")
+              f"{_med(cpu['asyncio']):7.1f}   netio poll/asyncio UDP "
+              f"{_ratio(lat['poll'], lat['asyncio'])}  (the floor of a Python event loop)")
 
     if args.only in (None, "rate"):
         n = int(40000 * q)
         rate = {**base, "size": 64, "count": n, "batch": 256, "batches_in_flight": 4}
         mr = _rounds(runs, {
+            "write_poll": lambda: netio_run({**rate, "kind": "write_rate", "pure": False,
+                                             "progress": "poll"}),
+            "send_poll": lambda: netio_run({**rate, "kind": "send_rate", "pure": False,
+                                            "progress": "poll"}),
             "write": lambda: netio_run({**rate, "kind": "write_rate", "pure": False}),
             "send": lambda: netio_run({**rate, "kind": "send_rate", "pure": False}),
             "write_pure": lambda: netio_run({**rate, "kind": "write_rate", "pure": True,
                                              "count": n // 4}),
             "pair": lambda: udp_pair(64, n * 20),
         }, "msg_s")
-        print("\n64 B message rate, posted in batches of 256 [messages/s]")
-        print(f"  netio WRITE native     {_med(mr['write']):11.0f}   netio/pair "
-              f"{_ratio(mr['write'], mr['pair'])}")
-        print(f"  netio SEND native      {_med(mr['send']):11.0f}   netio/pair "
-              f"{_ratio(mr['send'], mr['pair'])}")
-        print(f"  netio WRITE pure       {_med(mr['write_pure']):11.0f}   native/pure "
+        cpu = {name: [float(r["client_cpu_us"]) for r in rs] for name, rs in _LAST.items()
+               if name != "pair"}
+        print("\n64 B message rate, ep.post() batches of 256 [messages/s]; client CPU per "
+              "message [us]")
+        print(f"  netio WRITE poll (sync){_med(mr['write_poll']):11.0f}   CPU "
+              f"{_med(cpu['write_poll']):6.1f}   netio/pair "
+              f"{_ratio(mr['write_poll'], mr['pair'])}")
+        print(f"  netio SEND poll (sync) {_med(mr['send_poll']):11.0f}   CPU "
+              f"{_med(cpu['send_poll']):6.1f}   netio/pair "
+              f"{_ratio(mr['send_poll'], mr['pair'])}")
+        print(f"  netio WRITE asyncio    {_med(mr['write']):11.0f}   CPU "
+              f"{_med(cpu['write']):6.1f}   netio/pair {_ratio(mr['write'], mr['pair'])}")
+        print(f"  netio SEND asyncio     {_med(mr['send']):11.0f}   CPU "
+              f"{_med(cpu['send']):6.1f}   netio/pair {_ratio(mr['send'], mr['pair'])}")
+        print(f"  netio WRITE pure async {_med(mr['write_pure']):11.0f}   native/pure "
               f"{_ratio(mr['write'], mr['write_pure'])}")
         print(f"  sendmmsg/recvmmsg pair {_med(mr['pair']):11.0f}   (64 B datagrams)")
 

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "soft", "verbs", "tcp")
+PROGRESS = ("loop", "poll")  # who drives a context: a loop, or the thread that waits
 CMS = ("netio", "rdma_cm")  # who sets connections up: netio's exchange or rdma_cm
 DEFAULT_ACCESS = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
 IB_MTUS = (256, 512, 1024, 2048, 4096)
@@ -389,6 +390,12 @@ class Context:
         the backend. Bounded and idempotent."""
         if self._closed:
             return
+        if self.runner.polled and not self.runner.on_loop_thread():
+            # A polled context awaited from another loop: close it on its own loop (driven
+            # by a worker thread), then release the loop.
+            await self.runner.spawn(self.aclose())
+            self.runner.stop()
+            return
         self._closed = True
         for listener in list(self._listeners):
             await listener.aclose()
@@ -646,7 +653,7 @@ def open(backend: str = "auto", *, device: str | None = None, port: int | None =
          traffic_class: int = 0, timeout_s: float = 10.0, ack_timeout: int = 14,
          retry_count: int = 7, rnr_retry: int = 7, min_rnr_timer: int = 12, qkey: int = 0,
          max_rd_atomic: int = 16, qp_access: Access = QP_ACCESS_ALL,
-         **backend_options: Any) -> Context:
+         progress: str = "loop", **backend_options: Any) -> Context:
     """Open a context on ``backend``: ``"soft"`` (netio's RoCEv2 engine on UDP),
     ``"verbs"`` (rdma-core: RoCE NICs, kernel rxe), ``"tcp"``, or ``"auto"`` (verbs when
     a usable RDMA device exists, else soft).
@@ -660,7 +667,15 @@ def open(backend: str = "auto", *, device: str | None = None, port: int | None =
     ``max_rd_atomic`` the READs/atomics in flight, ``qp_access`` the remote operations a
     QP accepts. The soft backend also takes ``rx_mode``, ``faults``, ``fault_seed`` and
     ``verify_icrc`` (see :class:`netio.backends.soft.SoftRoceDriver`).
+
+    ``progress`` says who drives the context: ``"loop"`` (default) an event loop, the
+    caller's when opened inside one, else a private loop thread; ``"poll"`` the thread
+    that waits, busy-polling the backend with no thread hop (lowest latency; nothing
+    progresses between waits; see :mod:`netio.api.handles`). A polled context may also
+    be awaited from any event loop (a worker thread drives it then).
     """
+    if progress not in PROGRESS:
+        raise IoError(f"progress {progress!r} is not one of {', '.join(PROGRESS)}")
     if mtu is not None and mtu not in IB_MTUS:
         raise IoError(f"mtu {mtu} is not an IB MTU ({', '.join(map(str, IB_MTUS))})")
     for name, value, hi in (("ack_timeout", ack_timeout, 31), ("retry_count", retry_count, 7),
@@ -677,7 +692,12 @@ def open(backend: str = "auto", *, device: str | None = None, port: int | None =
                    max_rd_atomic=max_rd_atomic, access=Access(qp_access))
     made = _make_backend(backend, device=device, port=port, gid=gid, local_addr=local_addr,
                          backend_options=backend_options)
-    runner = Runner.current_or_private()
+    if progress == "poll":
+        runner = Runner.polled_by_caller()
+        # the optional hook of netio.backends.base.Progressable: drive without blocking
+        runner.set_progress(getattr(made, "progress", None), getattr(made, "progress_fds", None))
+    else:
+        runner = Runner.current_or_private()
     return Context(made, ContextOptions(made.name, timeout_s, mtu, qp), runner)
 
 

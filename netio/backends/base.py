@@ -249,6 +249,23 @@ class BackendQp(Protocol):
         ...
 
 
+class Progressable(Protocol):
+    """Optional: a backend the waiting thread can drive itself (``progress="poll"``).
+
+    ``progress`` does, without blocking, what the event loop would do for the backend:
+    take in what has arrived, run the timers that are due, send what is ready, and call
+    the QPs' ``notify`` for completions. True when it did anything (a wait keeps spinning
+    after progress). The soft backend polls its sockets; a verbs backend would poll its
+    CQs. A backend without it still works polled: the wait turns the loop instead.
+    ``progress_fds`` (also optional) names the file descriptors that become readable when
+    ``progress`` has work: a wait that stopped spinning first sleeps in ``poll(2)`` on them,
+    which wakes faster than a turn of the event loop."""
+
+    def progress(self) -> bool: ...
+
+    def progress_fds(self) -> list[int]: ...
+
+
 class Backend(Protocol):
     """One context's backend: its device, protection domain and QPs."""
 
@@ -283,6 +300,7 @@ __all__ = [
     "Candidate",
     "Description",
     "Notify",
+    "Progressable",
     "QpAddress",
     "QpOptions",
     "RecvRequest",

@@ -64,7 +64,6 @@ if TYPE_CHECKING:
 #: Largest number of packets one transmit run holds.
 MAX_RUN_PACKETS = 256
 _RUN_CAPACITY = 256  # packets of a new run (more messages of the same QP are appended)
-_SMALL_RUN_CAPACITY = 64  # a run started by an ACK (requests of the same socket follow)
 _SLOT_BYTES = 64  # NETIO_TX_SLOT_BYTES
 _TRAILER_OFFSET = 48  # NETIO_TX_TRAILER_OFFSET
 _OFF = 0xFFFFFFFF
@@ -152,6 +151,12 @@ class TxRun:
     def payload_bytes(self) -> int:
         return int(self.batch.payload_bytes)
 
+    def reset(self) -> None:
+        """Empty again (its packets were sent: sendmmsg copied them), ready for reuse."""
+        self.batch.count = 0
+        self.batch.payload_bytes = 0
+        del self._keep[4:]  # the registered memory the sent iovecs pointed into
+
     def packet(self, j: int) -> bytes:
         """Packet ``j`` as one bytes object (BTH .. ICRC), for links and tests."""
         ffi = native.ffi
@@ -198,6 +203,10 @@ class TxScratch:
         self.sge = ffi.new("netio_sge[]", self._SGES)
         self.noack = ffi.new("uint32_t *")
         self._addresses: dict[int, tuple[MemoryRegion, int]] = {}
+        # what msg's per-connection fields were last set for: (QP, its attributes object,
+        # operation and immediate) -- attributes are frozen and replaced on every modify,
+        # so the same object means the same addresses, port, P_Key, MTU and opcodes
+        self.msg_for: tuple[object, object, int, bool] | None = None
 
     def address(self, mr: MemoryRegion) -> int:
         """The host address of ``mr``'s buffer."""
@@ -241,12 +250,13 @@ def build_run(qp: QpPort, wr: SendWr, length: int, npkts: int, k0: int, psn0: in
     lib, ffi = native.lib, native.ffi
     op = _WR_OP.get(wr.opcode)
     attrs = qp.attrs
+    qp_type = int(qp.qp_type)
+    if op is None or lib is None or qp_type not in (2, 3) or count <= 0:
+        return None
     dst = attrs.remote_ip
     local = qp.engine.local_ip
-    qp_type = int(qp.qp_type)
-    if (op is None or lib is None or qp_type not in (2, 3) or count <= 0
-            or not isinstance(dst, ipaddress.IPv4Address)
-            or not isinstance(local, ipaddress.IPv4Address)):
+    if not isinstance(dst, ipaddress.IPv4Address) or not isinstance(
+            local, ipaddress.IPv4Address):
         return None
     operation, with_imm = op
     transport = int(Transport.RC) if qp_type == 2 else int(Transport.UC)
@@ -260,23 +270,28 @@ def build_run(qp: QpPort, wr: SendWr, length: int, npkts: int, k0: int, psn0: in
     else:
         msg, sge, noack = scratch.msg, scratch.sge, scratch.noack
     noack[0] = noack_pkts
-    msg.src_ip = int(local)
-    msg.dst_ip = int(dst)
-    msg.src_port = qp.udp_src_port
-    msg.pkey = attrs.pkey
-    msg.dest_qp = attrs.dest_qp_num
-    msg.mtu = attrs.path_mtu_bytes
+    key = (qp, attrs, operation, with_imm)
+    if scratch is None or scratch.msg_for != key:
+        # per connection and operation: set once for a run of messages alike (a batch)
+        msg.src_ip = int(local)
+        msg.dst_ip = int(dst)
+        msg.src_port = qp.udp_src_port
+        msg.pkey = attrs.pkey
+        msg.dest_qp = attrs.dest_qp_num
+        msg.mtu = attrs.path_mtu_bytes
+        msg.rc = 1 if qp_type == 2 else 0
+        msg.has_reth = 1 if operation == int(Operation.RDMA_WRITE) else 0
+        msg.has_imm = 1 if with_imm else 0
+        msg.op_first, msg.op_middle, msg.op_last, msg.op_only = first, middle, last, only
+        if scratch is not None:
+            scratch.msg_for = key
     msg.npkts = npkts
-    msg.rc = 1 if qp_type == 2 else 0
     # IBTA §9.2.3 (SE): only on the last packet of a SEND or of a message with immediate.
     msg.solicited = 1 if wr.solicited and (operation == int(Operation.SEND) or with_imm) else 0
-    msg.has_reth = 1 if operation == int(Operation.RDMA_WRITE) else 0
-    msg.has_imm = 1 if with_imm else 0
     msg.imm = wr.imm_data or 0
     msg.rkey = wr.rkey
     msg.va = wr.remote_addr
     msg.length = length
-    msg.op_first, msg.op_middle, msg.op_last, msg.op_only = first, middle, last, only
     handles: list[Any] = []
     for i, s in enumerate(sges):
         if scratch is not None:
@@ -291,12 +306,14 @@ def build_run(qp: QpPort, wr: SendWr, length: int, npkts: int, k0: int, psn0: in
         if run is None:
             if into is None and count > _RUN_CAPACITY:
                 run = TxRun(count, 3 * count + len(sges) + 1)
+            elif len(sges) <= TxScratch._SGES:
+                run = _pooled_run()
             else:
                 run = TxRun(_RUN_CAPACITY, 4 * _RUN_CAPACITY + len(sges) + 1)
-        before = run.payload_bytes
         if lib.netio_tx_build(msg, sge, len(sges), k0, psn0, count, noack, run.batch) >= 0:
             run._keep += handles
-            return run, int(noack[0]), run.payload_bytes - before
+            mtu = attrs.path_mtu_bytes  # the payload bytes of packets k0 .. k0+count-1
+            return run, int(noack[0]), min(length, (k0 + count) * mtu) - min(length, k0 * mtu)
     return None
 
 
@@ -620,10 +637,34 @@ class RxPath:
 
 SlowPath = Callable[[int], None]
 
+#: Sent runs kept for reuse: five C allocations per run cost more than a 64-byte
+#: message's build and send (one per message on a ping-pong). A list's append and pop
+#: are atomic, so drivers in several threads may share it.
+_free_runs: list[TxRun] = []
+_FREE_RUNS_KEPT = 16
+_POOLED_IOV = 4 * _RUN_CAPACITY + TxScratch._SGES + 1
+
+
+def _pooled_run() -> TxRun:
+    try:
+        return _free_runs.pop()
+    except IndexError:
+        return TxRun(_RUN_CAPACITY, _POOLED_IOV)
+
+
+def recycle(run: TxRun) -> None:
+    """``run`` was sent (or given up) and nothing refers to it any more: keep it for reuse
+    (a driver calls this; a run of another size is left to the garbage collector)."""
+    if (run.capacity == _RUN_CAPACITY and int(run.batch.max_iov) == _POOLED_IOV
+            and len(_free_runs) < _FREE_RUNS_KEPT):
+        run.reset()
+        _free_runs.append(run)
+
+
 def small_run() -> TxRun:
     """An empty run for packets the engine built whole (ACKs) and what follows them."""
-    return TxRun(_SMALL_RUN_CAPACITY, 4 * _SMALL_RUN_CAPACITY + 1)
+    return _pooled_run()
 
 
 __all__ = ["MAX_RUN_PACKETS", "UDP_GRO", "CopyCounters", "RxPath", "RxRing", "TxRun", "TxScratch",
-           "build_run", "small_run"]
+           "build_run", "recycle", "small_run"]

@@ -11,8 +11,9 @@ from typing import Any
 
 import netio
 
-#: Every in-process pairing the suite runs unchanged (the lab adds verbs pairings).
-BACKENDS = ("tcp", "soft")
+#: Every in-process pairing the suite runs unchanged (the lab adds verbs pairings);
+#: "soft-poll" is the soft backend with ``progress="poll"`` (the waiting thread drives it).
+BACKENDS = ("tcp", "soft", "soft-poll")
 _soft_hosts = itertools.count(10)
 
 
@@ -33,6 +34,9 @@ def soft_addresses() -> tuple[str, str]:
 
 def open_pair_contexts(backend: str, **options: Any) -> tuple[netio.Context, netio.Context,
                                                               str]:
+    if backend == "soft-poll":
+        backend = "soft"
+        options = {**options, "progress": "poll"}
     if backend == "soft":
         server_ip, client_ip = soft_addresses()
         return (netio.open("soft", local_addr=server_ip, **options),

@@ -67,7 +67,9 @@ def test_wait_on_the_loop_thread_is_refused() -> None:
 _PEER_SCRIPT = textwrap.dedent("""
     import json, sys, numpy as np, netio
     backend, host = sys.argv[1], sys.argv[2]
-    opts = {"local_addr": host} if backend == "soft" else {}
+    opts = {"local_addr": host} if backend.startswith("soft") else {}
+    if backend == "soft-poll":
+        backend, opts["progress"] = "soft", "poll"
     with netio.open(backend, **opts) as ctx:
         target = np.zeros(3 << 20, dtype=np.uint8)
         region = ctx.register(target)
@@ -85,14 +87,17 @@ _PEER_SCRIPT = textwrap.dedent("""
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_two_processes(backend: str) -> None:
-    host, client_ip = soft_addresses() if backend == "soft" else ("127.0.0.1", None)
+    host, client_ip = (soft_addresses() if backend.startswith("soft")
+                       else ("127.0.0.1", None))
     proc = subprocess.Popen([sys.executable, "-c", _PEER_SCRIPT, backend, host],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=REPO)
     try:
         assert proc.stdout is not None
         hello = json.loads(proc.stdout.readline())
-        opts = {"local_addr": client_ip} if client_ip else {}
+        opts: dict[str, str] = {"local_addr": client_ip} if client_ip else {}
+        if backend == "soft-poll":
+            backend, opts["progress"] = "soft", "poll"
         with netio.open(backend, **opts) as ctx:
             ep = ctx.connect(f"{host}:{hello['port']}").wait(20)
             remote = netio.RemoteRegion.from_descriptor(bytes.fromhex(hello["descriptor"]))

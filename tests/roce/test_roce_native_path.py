@@ -23,11 +23,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from netio import native
-from netio.roce import Access, RecvWr, SendWr, WcStatus, WrOpcode
-from netio.roce.engine import OutgoingDatagram
+from netio.roce import Access, RecvWr, SendWr, WcStatus, WrOpcode, native_path
+from netio.roce.engine import OutgoingDatagram, OutgoingRun
 from netio.roce.link import LinkFaults
 from netio.roce.memory import ProtectionDomain
-from netio.roce.native_path import RxRing
+from netio.roce.native_path import RxRing, recycle
 from netio.roce.sim import connected_pair
 
 pytestmark = pytest.mark.skipif(not native.AVAILABLE, reason="netio._native not built "
@@ -206,17 +206,39 @@ def _icrc(src: str, dst: str, sport: int, udp_payload: bytes) -> int:
 
 def test_write_packets_follow_the_ibta_layout() -> None:
     _pair, a, b = connected_pair(native=True, path_mtu_bytes=1024, psn_a=0xFFFFFE)
+    _check_write_layout(a, b, 0xFFFFFE)
+
+
+def test_reused_runs_and_cached_fields_build_the_same_packets() -> None:
+    """A sent run recycled (its packets left), and per-connection fields cached from a
+    SEND of the same QP: the WRITE after them still has the IBTA layout byte for byte."""
+    _pair, a, b = connected_pair(native=True, path_mtu_bytes=1024, psn_a=0xFFFFF0)
+    b.qp.post_recv(RecvWr(1, (b.pd.register(bytearray(4096), Access.LOCAL_WRITE).sge(),)))
+    mr = a.pd.register(bytearray(b"s" * 3000), Access.NONE)
+    a.qp.post_send(SendWr(1, WrOpcode.SEND, (mr.sge(),)))
+    runs = [item.run for item in a.engine.output_to_send(0) if isinstance(item, OutgoingRun)]
+    assert runs and sum(r.count for r in runs) == 3
+    for r in runs:
+        recycle(r)
+    assert runs[-1] in native_path._free_runs
+    _check_write_layout(a, b, 0xFFFFF3)  # PSNs 0xFFFFF0..2 went to the SEND
+    assert a.engine.stats.tx_native_packets == 6
+
+
+def _check_write_layout(a: Any, b: Any, psn0: int) -> None:
     data = bytes(range(256)) * 10 + b"xyz"  # 2563 bytes: 3 packets, the last padded
     mr = a.pd.register(bytearray(data), Access.NONE)
     a.qp.post_send(SendWr(9, WrOpcode.RDMA_WRITE_WITH_IMM, (mr.sge(),), 0x1122334455667788,
                           0xABCD, 0xCAFEF00D))
+    before = a.engine.stats.tx_native_packets
     out = a.engine.datagrams_to_send(0)
-    assert a.engine.stats.tx_native_packets == 3
+    assert a.engine.stats.tx_native_packets == before + 3
     # (opcode, PSN, AckReq, extension headers, payload) per IBTA Table 38 / §9.2-9.4
     reth = struct.pack("!QII", 0x1122334455667788, 0xABCD, len(data))
-    expect = [(0x06, 0xFFFFFE, False, reth, data[:1024]),  # RC RDMA WRITE First
-              (0x07, 0xFFFFFF, False, b"", data[1024:2048]),  # Middle
-              (0x09, 0x000000, True, struct.pack("!I", 0xCAFEF00D), data[2048:])]  # Last+Imm
+    expect = [(0x06, psn0, False, reth, data[:1024]),  # RC RDMA WRITE First
+              (0x07, (psn0 + 1) & 0xFFFFFF, False, b"", data[1024:2048]),  # Middle
+              (0x09, (psn0 + 2) & 0xFFFFFF, True, struct.pack("!I", 0xCAFEF00D),
+               data[2048:])]  # Last+Imm
     assert len(out) == 3
     for d, (opcode, psn, ack, ext, payload) in zip(out, expect, strict=True):
         p = d.payload

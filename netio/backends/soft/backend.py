@@ -100,7 +100,7 @@ class SoftQp:
         self._psn = random.getrandbits(24) if psn is None else psn & 0xFFFFFF
         self._closed = False
         self._posted: deque[tuple[int, MemoryRegion | None]] = deque()
-        driver.add_progress_callback(notify)
+        driver.add_progress_callback(notify, self._cq)
         if qp_type is QpType.UD:  # a UD QP needs no peer to reach RTS
             attrs = self._attrs(None, SOFT_MAX_MTU_BYTES)
             for state in (QpState.INIT, QpState.RTR, QpState.RTS):
@@ -273,6 +273,19 @@ class SoftBackend:
     async def create_qp(self, local_ip: str, options: QpOptions, notify: Notify,
                         qp_type: QpType = QpType.RC, psn: int | None = None) -> SoftQp:
         return SoftQp(self, self.driver_for(local_ip), options, notify, qp_type, psn)
+
+    def progress_fds(self) -> list[int]:
+        """The receive sockets :meth:`progress` reads."""
+        return [fd for d in self._drivers.values() if (fd := d.rx_fd) is not None]
+
+    def progress(self) -> bool:
+        """Drive every driver once without blocking (``progress="poll"``; see
+        :meth:`SoftRoceDriver.poll_progress`)."""
+        did = False
+        for driver in self._drivers.values():
+            if driver.poll_progress():
+                did = True
+        return did
 
     def describe(self) -> Description:
         ips = list(self._drivers) or (

@@ -7,7 +7,11 @@ sockets, a clock and timers (aioquic's ``asyncio/protocol.py`` pattern):
 * after every batch of input, every posted work request (:meth:`SoftRoceDriver.kick`)
   and every timer, the driver sends what ``datagrams_to_send`` returns and
   re-arms one ``loop.call_at`` for the earliest engine deadline;
-* coroutines wait for completions with :meth:`SoftRoceDriver.wait_cq`.
+* coroutines wait for completions with :meth:`SoftRoceDriver.wait_cq`;
+* a thread that drives the context itself (``progress="poll"``) calls
+  :meth:`SoftRoceDriver.poll_progress` in its spin loop instead: the same input, output
+  and timer steps, without blocking and without the loop (the loop's reader and timer
+  stay registered for when that thread sleeps in epoll).
 
 Datagrams go out from UDP port ``0xC000 | f(QPN)`` (the engine picks it the
 way rxe does) to port 4791, with the QP's DSCP/ECN in the TOS byte, DF set and
@@ -48,7 +52,7 @@ from netio.backends.soft.sockets import (
 from netio.errors import DriverSocketError
 from netio.roce.engine import CompletionQueue, OutgoingDatagram, OutgoingRun, RoceEngine
 from netio.roce.link import FaultyLink, LinkFaults
-from netio.roce.native_path import UDP_GRO, RxRing
+from netio.roce.native_path import UDP_GRO, RxRing, recycle
 from netio.roce.qp import QueuePair
 from netio.roce.verbs import Completion, RecvWr, SendWr
 
@@ -178,7 +182,7 @@ class SoftRoceDriver:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at_ns: int | None = None
         self._waiters: list[_Waiter] = []
-        self._progress: list[Callable[[], None]] = []
+        self._progress: list[tuple[Callable[[], None], CompletionQueue | None]] = []
         self._closed = False
         self._flush_scheduled = False
         self._linger_handle: asyncio.TimerHandle | None = None
@@ -401,8 +405,56 @@ class SoftRoceDriver:
         self._after_input(now_ns)
 
     def _deferred_flush(self) -> None:
+        if not self._flush_scheduled:
+            return  # flushed already (a post, or a polled progress)
         self._flush_scheduled = False
         self._after_input(time.monotonic_ns())
+
+    @property
+    def rx_fd(self) -> int | None:
+        """The socket datagrams arrive on (None once closed)."""
+        sock = self._raw_sock if self._raw_sock is not None else self._udp_sock
+        return None if sock is None or self._closed else sock.fileno()
+
+    def poll_progress(self) -> bool:
+        """One non-blocking pass for a thread that drives the engine itself: what waits in
+        the receive socket (``recvmmsg`` + the native path), the engine timer if due, and
+        the output. True when a datagram came in or a timer fired. Held ACKs go out with
+        the next post (the answer of a ping-pong) or at the next pass, as
+        :meth:`_on_readable` does with its deferred flush."""
+        if self._closed:
+            return False
+        now_ns = time.monotonic_ns()
+        if self._flush_scheduled:
+            self._flush_scheduled = False
+            self._after_input(now_ns)
+        sock = self._raw_sock if self._raw_sock is not None else self._udp_sock
+        if sock is None:
+            return False
+        got = self.stats.datagrams_received
+        if self._ring is not None:
+            self._drain_ring(self._ring, sock, now_ns)
+        elif self._raw_sock is not None:
+            self._drain_raw(self._raw_sock, now_ns)
+        else:
+            self._drain_udp(sock, now_ns)
+        fired = False
+        at = self._timer_at_ns
+        if at is not None and at <= now_ns:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._on_timer()  # sends, re-arms and wakes
+            fired = True
+        if self.stats.datagrams_received == got:
+            return fired
+        if self.engine.acks_held:
+            self._wake_waiters()
+            if not self._flush_scheduled and self._loop is not None:
+                self._flush_scheduled = True
+                self._loop.call_soon(self._deferred_flush)  # also when the loop runs next
+            return True
+        self._after_input(now_ns)
+        return True
 
     def _drain_ring(self, ring: RxRing, sock: socket.socket, now_ns: int) -> None:
         """Native path: recvmmsg batches; the engine places what it can in C and hands
@@ -600,7 +652,9 @@ class SoftRoceDriver:
             if self.stats.last_tx_error != message:
                 log.warning("soft RoCE send to %s failed: %s", d.dst_ip, message)
             self.stats.last_tx_error = message
+            recycle(run)
             return True
+        recycle(run)  # all of it went: sendmmsg copied the packets
         return True
 
     def _want_writable(self, sock: socket.socket) -> None:
@@ -626,7 +680,10 @@ class SoftRoceDriver:
             nxt = self._link.next_delivery_ns()
             if nxt is not None and (deadline is None or nxt < deadline):
                 deadline = nxt
-        if deadline == self._timer_at_ns:
+        armed = self._timer_at_ns
+        if armed is not None and (deadline is None or armed <= deadline):
+            # The armed timer comes first: it finds nothing due and re-arms. Cheaper than
+            # a new TimerHandle for every send and ACK, which move the deadline later.
             return
         if self._timer is not None:
             self._timer.cancel()
@@ -639,23 +696,28 @@ class SoftRoceDriver:
     def _on_timer(self) -> None:
         self._timer = None
         self._timer_at_ns = None
-        self.stats.timer_fires += 1
         now_ns = time.monotonic_ns()
+        due = self.engine.get_timer()
+        if due is not None and due <= now_ns:
+            self.stats.timer_fires += 1  # a deadline came (not an early, lazy timer)
         self.engine.handle_timer(now_ns)
         self._after_input(now_ns)
 
-    def add_progress_callback(self, callback: Callable[[], None]) -> None:
+    def add_progress_callback(self, callback: Callable[[], None],
+                              cq: CompletionQueue | None = None) -> None:
         """Call ``callback`` after every batch of input, post and timer (completions may
-        be waiting): how the IO API learns of completions without a waiter per CQ."""
-        self._progress.append(callback)
+        be waiting): how the IO API learns of completions without a waiter per CQ. With
+        ``cq``, only when ``cq`` holds completions (a post or an ACK that completed
+        nothing then costs no call into the IO API)."""
+        self._progress.append((callback, cq))
 
     def remove_progress_callback(self, callback: Callable[[], None]) -> None:
-        if callback in self._progress:
-            self._progress.remove(callback)
+        self._progress = [(c, q) for c, q in self._progress if c is not callback]
 
     def _wake_waiters(self) -> None:
-        for callback in tuple(self._progress):
-            callback()
+        for callback, cq in tuple(self._progress):
+            if cq is None or len(cq):
+                callback()
         if not self._waiters:
             return
         for w in self._waiters:
