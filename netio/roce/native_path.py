@@ -337,6 +337,19 @@ class RxRing:
     def count(self) -> int:
         return int(self.ring.count)
 
+    @property
+    def full(self) -> bool:
+        """The last :meth:`recv` filled every message ``recvmmsg`` offered: more may be
+        waiting. With ``gro`` the datagram count cannot say so: a receive offers one
+        message per 64 KiB region (fewer than ``nslots``) and a message may hold up to 64
+        datagrams."""
+        return bool(self.ring.full)
+
+    @property
+    def coalesced(self) -> int:
+        """With ``gro``: the received buffers so far that held more than one datagram."""
+        return int(self.ring.coalesced)
+
     def recv(self, fd: int) -> int:
         """Receive what is waiting (non-blocking): the count, or -errno."""
         return int(native.lib.netio_rx_recv(fd, self.ring))

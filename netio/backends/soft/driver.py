@@ -420,9 +420,11 @@ class SoftRoceDriver:
             engine.receive_ring(ring, now_ns, (lambda i: self._raw_one(ring.slot(i), now_ns))
                                 if raw else (lambda i: self._udp_one(ring.slot(i),
                                                                      *ring.source(i), now_ns)))
-            if n < ring.nslots:
+            if not ring.full:
                 return
-            # More is waiting: send the ACKs (and anything else) this batch produced
+            # More may wait (recvmmsg filled every message; not "n < nslots": a GRO
+            # ring offers one message per 64 KiB region and may yield fewer datagrams
+            # than nslots). Send the ACKs (and anything else) this batch produced
             # first, so that the peer's window opens while we drain the rest.
             self._flush(now_ns)
 
