@@ -2,12 +2,13 @@
 
 Issue 9's lossy-link failure with GRO on (RETRY_EXC_ERR, the receiver "stopped being
 called with data waiting"): the drain loop took a receive of fewer than ``nslots``
-(64) datagrams to mean that the socket was empty. A GRO receive offers one message per
+(64) datagrams to mean that the socket was empty. A GRO receive offered one message per
 64 KiB region, nine of the ring's 64 x 9216 bytes, so without coalescing (loopback
-without GSO, and every retransmission through the lossy link) it yields nine
+without GSO, and every retransmission through the lossy link) it yielded nine
 datagrams: the driver took nine per readable event where it takes up to 256 without
 GRO, fell behind a peer retransmitting its window every ACK timeout, and the peer ran
-out of retries. The driver now asks the ring whether recvmmsg filled every message.
+out of retries. The driver now asks the ring whether recvmmsg filled every message (and
+a GRO ring now has a 64 KiB region per slot).
 """
 
 from __future__ import annotations

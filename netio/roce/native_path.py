@@ -300,25 +300,31 @@ def build_run(qp: QpPort, wr: SendWr, length: int, npkts: int, k0: int, psn0: in
     return None
 
 
-_GRO_MAX_COUNT = 1024  # datagrams one GRO receive may yield (16 regions of up to 64)
+#: a GRO receive's region (softpath.c GRO_REGION: a coalesced buffer is at most 64 KiB)
+#: and the most datagrams one region holds (UDP_GRO_CNT_MAX)
+_GRO_REGION_BYTES, _GRO_REGION_SEGS = 65536, 64
 #: linux/udp.h
 UDP_GRO = 104
 
 
 class RxRing:
     """``nslots`` receive slots of ``slot_bytes`` filled by one ``recvmmsg``. ``gro``: the
-    socket has ``UDP_GRO`` on; the buffer is then received in 64 KiB regions and the C side
-    splits each coalesced buffer back into its datagrams in place (up to 64 a region, so
-    ``count`` may exceed ``nslots``)."""
+    socket has ``UDP_GRO`` on; each slot is then a 64 KiB region (``slot_bytes`` is raised
+    to that: a coalesced buffer may fill it) and the C side splits each coalesced buffer
+    back into its datagrams in place (up to 64 a region, so ``count`` may exceed
+    ``nslots``). A GRO ring offers as many messages per receive as a plain one: with fewer,
+    a peer that does not coalesce would be received in smaller batches."""
 
     def __init__(self, nslots: int = 64, slot_bytes: int = 65536, *, raw: bool = False,
                  gro: bool = False) -> None:
         ffi = native.ffi
+        if gro:
+            slot_bytes = max(slot_bytes, _GRO_REGION_BYTES)
         self.nslots = nslots
         self.slot_bytes = slot_bytes
         self.raw = raw
         self.gro = gro
-        cap = max(nslots, _GRO_MAX_COUNT if gro else nslots)
+        cap = nslots * _GRO_REGION_SEGS if gro else nslots
         self._buf = ffi.new("uint8_t[]", nslots * slot_bytes)
         self._len = ffi.new("uint32_t[]", cap)
         self._trunc = ffi.new("uint8_t[]", cap)
