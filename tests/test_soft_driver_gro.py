@@ -94,3 +94,32 @@ def test_copies_per_byte_are_the_same_with_gro(gso: OffloadMode) -> None:
     # loopback runs no GRO engine: only a GSO send arrives coalesced
     assert (coalesced > 0) is (gso is OffloadMode.ON)
     assert seen[OffloadMode.OFF][2] == 0
+
+
+def test_gro_is_auto_by_default_on_with_udp_receive_only(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unset, GRO is ``auto``: on where the driver receives on a UDP socket (the ring
+    splits what coalesces), off with a raw socket (GRO is for UDP sockets); ``off`` and
+    $NETIO_SOFT_GRO=off mean off."""
+    monkeypatch.delenv("NETIO_SOFT_GRO", raising=False)
+
+    async def main() -> None:
+        ip, _ = _loopback_pair()
+        cases: list[tuple[RxMode, OffloadMode | None, bool | None]] = [
+            (RxMode.UDP, None, True), (RxMode.UDP, OffloadMode.OFF, False),
+            (RxMode.AUTO, None, None)]
+        for rx_mode, gro, want in cases:
+            driver = await SoftRoceDriver.open(ip, rx_mode=rx_mode, gro=gro)
+            try:
+                expect = want if want is not None else driver.rx_mode is RxMode.UDP
+                assert driver.gro is expect, driver.gro_reason
+            finally:
+                await driver.close()
+        monkeypatch.setenv("NETIO_SOFT_GRO", "off")
+        driver = await SoftRoceDriver.open(ip, rx_mode=RxMode.UDP)
+        try:
+            assert (driver.gro, driver.gro_reason) == (False, "off")
+        finally:
+            await driver.close()
+
+    asyncio.run(main())

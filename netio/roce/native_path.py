@@ -18,7 +18,7 @@ case; this module only takes over the packets whose handling is fixed arithmetic
   engine.
 
 UDP GSO and GRO are options of the soft driver (``gso``/``gro``: off, on, auto; or
-``$NETIO_SOFT_GSO``/``$NETIO_SOFT_GRO``; both off by default). GSO
+``$NETIO_SOFT_GSO``/``$NETIO_SOFT_GRO``; GSO off, GRO auto by default). GSO
 (:meth:`TxRun.send`): each run of equal-size packets (the MIDDLE packets of a message,
 and the LAST when it is not larger; the FIRST carries a RETH and goes alone) leaves as
 one ``sendmsg`` with a ``UDP_SEGMENT`` cmsg, still as iovecs into the registered memory;
@@ -26,13 +26,17 @@ the kernel cuts it back into the same datagrams, numbering their IPv4 IDs 0, 1, 
 ICRC covers the ID, so packet k of a send carries the ICRC for ID k; without that kernel
 rxe dropped all but the first). GRO (:class:`RxRing` ``gro``; UDP receive only): the
 socket has ``UDP_GRO`` on and the ring splits each coalesced buffer at the cmsg's segment
-size in place. Measured (bench/bench_soft.py, loopback, 1 MiB WRITEs, UDP receive, load
-1.4): GSO 1.85x the sendmmsg path, GRO alone 1.12x, both 2.13x. GRO stays off by default:
-with it on, tests/test_soft_driver.py's lossy-link test (UDP receive, delayed datagrams)
-fails with a retry error, cause not yet found. GSO stays off by default because a GSO
-send over loopback (or veth) reaches a *raw* socket as one unsegmented IPv4 packet, so a
-peer on the same host in raw receive mode (the default as root), and any capture there,
-would see super-packets; UDP sockets and the kernel's rxe
+size in place (each slot a 64 KiB region, so a receive takes as many messages as without
+GRO); the driver drains while a receive fills every message (:attr:`RxRing.full`: the
+datagram count cannot tell, and taking a short count for an empty socket once made a
+receiver fall behind a retransmitting peer). Measured (bench/bench_soft.py, loopback,
+1 MiB WRITEs, UDP receive, 5 rounds, load 3.7): GSO 2.02x the sendmmsg path, GRO alone
+1.11x [0.95..1.87], both 2.57x (1.22x GSO alone); receiver CPU per MiB with GRO 0.905x
+without a GSO sender, 0.836x with one; copies per payload byte unchanged (2.016). GRO is
+``auto`` by default (on with UDP receive): it changes nothing on the wire. GSO stays off
+by default because a GSO send over loopback (or veth) reaches a *raw* socket as one
+unsegmented IPv4 packet, so a peer on the same host in raw receive mode (the default as
+root), and any capture there, would see super-packets; UDP sockets and the kernel's rxe
 (lab interop with GSO on: 49 passed) see the segments. ``auto`` turns GSO on only where
 this driver itself receives on a UDP socket. ``MSG_ZEROCOPY`` is not used: on loopback the
 kernel copied every send anyway and 1 MiB messages went at 0.73x the copying send
