@@ -30,10 +30,14 @@ size in place (each slot a 64 KiB region, so a receive takes as many messages as
 GRO); the driver drains while a receive fills every message (:attr:`RxRing.full`: the
 datagram count cannot tell, and taking a short count for an empty socket once made a
 receiver fall behind a retransmitting peer). Measured (bench/bench_soft.py, loopback,
-1 MiB WRITEs, UDP receive, 5 rounds, load 3.7): GSO 2.02x the sendmmsg path, GRO alone
-1.11x [0.95..1.87], both 2.57x (1.22x GSO alone); receiver CPU per MiB with GRO 0.905x
-without a GSO sender, 0.836x with one; copies per payload byte unchanged (2.016). GRO is
-``auto`` by default (on with UDP receive): it changes nothing on the wire. GSO stays off
+1 MiB WRITEs, UDP receive; three runs of 5, 5 and 7 rounds at load 3.7, 1.8, 2.4 at start; medians
+of the per-round ratios): GSO 2.02x, 1.54x, 1.70x the sendmmsg path; GSO+GRO 1.22x,
+1.00x, 1.04x GSO alone, GRO alone 1.11x, 0.96x, 0.96x (speed on a shared 2-core host is
+noisy: round ranges span 0.7-1.9x); the receiver's CPU per MiB with GRO 0.84x, 0.85x,
+0.81x with a GSO sender and 0.91x, 0.99x, 1.06x without; copies per payload byte
+unchanged (2.016). GRO is ``auto`` by default (on with UDP receive): it changes nothing
+on the wire, costs nothing measurable without coalescing, and saves the receiver CPU
+where the sender (or a NIC's GRO) coalesces. GSO stays off
 by default because a GSO send over loopback (or veth) reaches a *raw* socket as one
 unsegmented IPv4 packet, so a peer on the same host in raw receive mode (the default as
 root), and any capture there, would see super-packets; UDP sockets and the kernel's rxe
