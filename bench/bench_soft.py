@@ -675,6 +675,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  sendmmsg/recvmmsg pair {_med(g['pair']):9.1f}")
         print(f"  iperf3 -u -b 0 -l 4096 {_med(g['iperf3']):9.1f}   GSO on/iperf3 "
               f"{_ratio(g['on'], g['iperf3'])}")
+        # GRO must not change how often a payload byte is copied (the split is in place)
+        per_byte = {name: [1 + r["server"]["engine_rx_user_copy_bytes"]
+                           / max(1, r["server"]["engine_rx_payload_bytes"])
+                           for r in _LAST.get(name, [])] for name in ("off", "on", "gro", "both")}
+        print("  receiver copies per payload byte: "
+              + ", ".join(f"{name} {_med(v):.3f}" for name, v in per_byte.items()))
+        # the receiver's CPU per MiB: what GRO saves, less sensitive than MiB/s to a host
+        # that other work keeps busy
+        rx_cpu = {name: [r["server_cpu_us"] / 1000 for r in _LAST.get(name, [])]
+                  for name in ("off", "on", "gro", "both")}
+        print("  receiver CPU per MiB [ms]: "
+              + ", ".join(f"{name} {_med(v):.2f}" for name, v in rx_cpu.items())
+              + f"; gro/off {_ratio(rx_cpu['gro'], rx_cpu['off'])}, both/GSO "
+              f"{_ratio(rx_cpu['both'], rx_cpu['on'])}")
 
     if args.only in (None, "zc"):
         mib = int(512 * q)

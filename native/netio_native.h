@@ -306,6 +306,12 @@ typedef struct {
      * and each coalesced buffer is split at the UDP_GRO cmsg's segment size
      * into datagrams (at most 64 a region; no copy: off points at them) */
     int32_t gro;
+    /* set by netio_rx_recv: recvmmsg filled every message it offered, so more
+     * may be waiting (with gro, count says nothing about that: one message can
+     * hold up to 64 datagrams, and a full receive may yield fewer than nslots) */
+    int32_t full;
+    /* gro: the buffers so far that held more than one datagram (coalesced) */
+    uint64_t coalesced;
 } netio_rx_ring;
 /* recvmmsg (non-blocking) into r; returns the datagram count or -errno. */
 int netio_rx_recv(int fd, netio_rx_ring *r);

@@ -427,8 +427,10 @@ static int rx_recv_gro(int fd, netio_rx_ring *r) {
         got = recvmmsg(fd, msgs, n, MSG_DONTWAIT, NULL);
     } while (got < 0 && errno == EINTR);
     r->count = 0;
+    r->full = 0;
     if (got < 0)
         return -errno;
+    r->full = (uint32_t)got == n;
     uint32_t c = 0;
     for (int i = 0; i < got; i++) {
         struct msghdr *h = &msgs[i].msg_hdr;
@@ -443,6 +445,8 @@ static int rx_recv_gro(int fd, netio_rx_ring *r) {
             }
         }
         uint8_t trunc = (h->msg_flags & MSG_TRUNC) != 0;
+        if (seg < len)
+            r->coalesced++;
         uint32_t off = 0;
         do { /* a zero-length datagram is one entry too */
             uint32_t take = len - off < seg ? len - off : seg;
@@ -482,8 +486,10 @@ int netio_rx_recv(int fd, netio_rx_ring *r) {
         got = recvmmsg(fd, msgs, n, MSG_DONTWAIT, NULL);
     } while (got < 0 && errno == EINTR);
     r->count = 0;
+    r->full = 0;
     if (got < 0)
         return -errno;
+    r->full = (uint32_t)got == n;
     for (int i = 0; i < got; i++) {
         r->off[i] = (uint32_t)i * r->slot_bytes;
         r->len[i] = msgs[i].msg_len;

@@ -18,7 +18,7 @@ case; this module only takes over the packets whose handling is fixed arithmetic
   engine.
 
 UDP GSO and GRO are options of the soft driver (``gso``/``gro``: off, on, auto; or
-``$NETIO_SOFT_GSO``/``$NETIO_SOFT_GRO``; both off by default). GSO
+``$NETIO_SOFT_GSO``/``$NETIO_SOFT_GRO``; GSO off, GRO auto by default). GSO
 (:meth:`TxRun.send`): each run of equal-size packets (the MIDDLE packets of a message,
 and the LAST when it is not larger; the FIRST carries a RETH and goes alone) leaves as
 one ``sendmsg`` with a ``UDP_SEGMENT`` cmsg, still as iovecs into the registered memory;
@@ -26,13 +26,21 @@ the kernel cuts it back into the same datagrams, numbering their IPv4 IDs 0, 1, 
 ICRC covers the ID, so packet k of a send carries the ICRC for ID k; without that kernel
 rxe dropped all but the first). GRO (:class:`RxRing` ``gro``; UDP receive only): the
 socket has ``UDP_GRO`` on and the ring splits each coalesced buffer at the cmsg's segment
-size in place. Measured (bench/bench_soft.py, loopback, 1 MiB WRITEs, UDP receive, load
-1.4): GSO 1.85x the sendmmsg path, GRO alone 1.12x, both 2.13x. GRO stays off by default:
-with it on, tests/test_soft_driver.py's lossy-link test (UDP receive, delayed datagrams)
-fails with a retry error, cause not yet found. GSO stays off by default because a GSO
-send over loopback (or veth) reaches a *raw* socket as one unsegmented IPv4 packet, so a
-peer on the same host in raw receive mode (the default as root), and any capture there,
-would see super-packets; UDP sockets and the kernel's rxe
+size in place (each slot a 64 KiB region, so a receive takes as many messages as without
+GRO); the driver drains while a receive fills every message (:attr:`RxRing.full`: the
+datagram count cannot tell, and taking a short count for an empty socket once made a
+receiver fall behind a retransmitting peer). Measured (bench/bench_soft.py, loopback,
+1 MiB WRITEs, UDP receive; three runs of 5, 5 and 7 rounds at load 3.7, 1.8, 2.4 at start; medians
+of the per-round ratios): GSO 2.02x, 1.54x, 1.70x the sendmmsg path; GSO+GRO 1.22x,
+1.00x, 1.04x GSO alone, GRO alone 1.11x, 0.96x, 0.96x (speed on a shared 2-core host is
+noisy: round ranges span 0.7-1.9x); the receiver's CPU per MiB with GRO 0.84x, 0.85x,
+0.81x with a GSO sender and 0.91x, 0.99x, 1.06x without; copies per payload byte
+unchanged (2.016). GRO is ``auto`` by default (on with UDP receive): it changes nothing
+on the wire, costs nothing measurable without coalescing, and saves the receiver CPU
+where the sender (or a NIC's GRO) coalesces. GSO stays off
+by default because a GSO send over loopback (or veth) reaches a *raw* socket as one
+unsegmented IPv4 packet, so a peer on the same host in raw receive mode (the default as
+root), and any capture there, would see super-packets; UDP sockets and the kernel's rxe
 (lab interop with GSO on: 49 passed) see the segments. ``auto`` turns GSO on only where
 this driver itself receives on a UDP socket. ``MSG_ZEROCOPY`` is not used: on loopback the
 kernel copied every send anyway and 1 MiB messages went at 0.73x the copying send
@@ -317,25 +325,31 @@ def build_run(qp: QpPort, wr: SendWr, length: int, npkts: int, k0: int, psn0: in
     return None
 
 
-_GRO_MAX_COUNT = 1024  # datagrams one GRO receive may yield (16 regions of up to 64)
+#: a GRO receive's region (softpath.c GRO_REGION: a coalesced buffer is at most 64 KiB)
+#: and the most datagrams one region holds (UDP_GRO_CNT_MAX)
+_GRO_REGION_BYTES, _GRO_REGION_SEGS = 65536, 64
 #: linux/udp.h
 UDP_GRO = 104
 
 
 class RxRing:
     """``nslots`` receive slots of ``slot_bytes`` filled by one ``recvmmsg``. ``gro``: the
-    socket has ``UDP_GRO`` on; the buffer is then received in 64 KiB regions and the C side
-    splits each coalesced buffer back into its datagrams in place (up to 64 a region, so
-    ``count`` may exceed ``nslots``)."""
+    socket has ``UDP_GRO`` on; each slot is then a 64 KiB region (``slot_bytes`` is raised
+    to that: a coalesced buffer may fill it) and the C side splits each coalesced buffer
+    back into its datagrams in place (up to 64 a region, so ``count`` may exceed
+    ``nslots``). A GRO ring offers as many messages per receive as a plain one: with fewer,
+    a peer that does not coalesce would be received in smaller batches."""
 
     def __init__(self, nslots: int = 64, slot_bytes: int = 65536, *, raw: bool = False,
                  gro: bool = False) -> None:
         ffi = native.ffi
+        if gro:
+            slot_bytes = max(slot_bytes, _GRO_REGION_BYTES)
         self.nslots = nslots
         self.slot_bytes = slot_bytes
         self.raw = raw
         self.gro = gro
-        cap = max(nslots, _GRO_MAX_COUNT if gro else nslots)
+        cap = nslots * _GRO_REGION_SEGS if gro else nslots
         self._buf = ffi.new("uint8_t[]", nslots * slot_bytes)
         self._len = ffi.new("uint32_t[]", cap)
         self._trunc = ffi.new("uint8_t[]", cap)
@@ -353,6 +367,19 @@ class RxRing:
     @property
     def count(self) -> int:
         return int(self.ring.count)
+
+    @property
+    def full(self) -> bool:
+        """The last :meth:`recv` filled every message ``recvmmsg`` offered: more may be
+        waiting. With ``gro`` the datagram count cannot say so: a receive offers one
+        message per 64 KiB region (fewer than ``nslots``) and a message may hold up to 64
+        datagrams."""
+        return bool(self.ring.full)
+
+    @property
+    def coalesced(self) -> int:
+        """With ``gro``: the received buffers so far that held more than one datagram."""
+        return int(self.ring.coalesced)
 
     def recv(self, fd: int) -> int:
         """Receive what is waiting (non-blocking): the count, or -errno."""
