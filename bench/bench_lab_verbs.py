@@ -183,6 +183,18 @@ def postpoll(lab: Lab, rounds: int) -> dict[str, float]:
     return figures
 
 
+def lat_profile(lab: Lab, iters: int, port: int) -> dict[str, float]:
+    """bench/lab_verbs_lat_profile.py between the guests: the half round trip at each
+    level of netio (C alone, backend busy-polling, backend on the channel, the IO API)."""
+    script = f"{GUEST_ENV} python3 bench/lab_verbs_lat_profile.py"
+    s_out, c_out = lab.pair(f"{script} server {lab.g0.ip}:{port} {iters}",
+                            f"{script} client {lab.g0.ip}:{port} {iters}", wait_s=0.5)
+    if not (_exit_ok(s_out) and _exit_ok(c_out)):
+        raise RuntimeError(f"lab_verbs_lat_profile.py:\n{c_out}\nserver:\n{s_out}")
+    print(c_out, flush=True)
+    return {m[0]: float(m[1]) for m in re.findall(r"^LEVEL (\S+) (\S+)$", c_out, re.M)}
+
+
 def median_ratio(name: str, ours: list[float], theirs: list[float], target: str) -> float:
     ratio = statistics.median(ours) / statistics.median(theirs)
     print(f"RATIO {name} {ratio:.3f} (target {target}; netio {[round(x, 4) for x in ours]},"
@@ -234,6 +246,14 @@ def main() -> int:
                   f" (load {load()})", flush=True)
         ok &= median_ratio("send_lat_64B_netio_verbs_over_ib_send_lat", ours, theirs,
                            "<= 1.2") <= 1.2
+    if "profile" in parts:
+        port += 1
+        levels = lat_profile(lab, 200 if args.quick else 500, port)
+        port += 1
+        ref = perftest_lat(lab, 64, 200 if args.quick else 500, port)
+        for name, us in levels.items():
+            print(f"RATIO send_lat_64B_{name}_over_ib_send_lat {us / ref:.3f} ({us:.1f} us "
+                  f"against {ref:.1f} us; load {load()})", flush=True)
     if "postpoll" in parts:
         f = postpoll(lab, 60 if args.quick else 150)
         for k in sorted(f):

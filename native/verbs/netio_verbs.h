@@ -56,6 +56,40 @@ int netio_verbs_post_recv(uintptr_t qp, int n, const uint64_t *wr_id,
 int netio_verbs_poll_cq(uintptr_t cq, int max, uint64_t *wr_id, uint32_t *status,
                         uint32_t *opcode, uint32_t *byte_len, uint32_t *imm_be,
                         uint32_t *qp_num, uint32_t *src_qp, uint32_t *wc_flags);
+/* Busy-poll n_cq CQs in turn (as perftest does) until one returns completions,
+ * spin_ns nanoseconds have passed, or one of the n_fd descriptors in fds is readable
+ * (checked now and then with poll(2); at most 64 are looked at): up to max completions
+ * of that CQ go to the flat arrays and *which names it. Returns how many (0 when the
+ * time ran out or a descriptor became readable), or -1 when ibv_poll_cq failed on CQ
+ * *which. An event loop calls it before it would sleep, so a completion that comes
+ * soon costs no completion-channel wake-up, and its other descriptors are not kept
+ * waiting. */
+int netio_verbs_spin_cq(const uintptr_t *cqs, int n_cq, const int *fds, int n_fd,
+                        int64_t spin_ns, int max,
+                        int *which, uint64_t *wr_id, uint32_t *status, uint32_t *opcode,
+                        uint32_t *byte_len, uint32_t *imm_be, uint32_t *qp_num,
+                        uint32_t *src_qp, uint32_t *wc_flags);
+/* One step of a ping-pong in one call: post n_recv receives (as netio_verbs_post_recv),
+ * then n_send send requests (as netio_verbs_post_send), then busy-poll cq until the
+ * completion of want_wr_id or an error completion has been polled, spin_ns have passed,
+ * or max completions are in the arrays. Returns how many completions were polled (want_wr_id's among them, or
+ * not when the time ran out); -1 when ibv_poll_cq failed; -2 when a post failed, with
+ * *post_rc its errno, *post_which 1 (receives) or 2 (sends) and *bad_index the first
+ * request not posted. want_wr_id 0 waits for nothing (post only). */
+int netio_verbs_post_poll(uintptr_t qp, uintptr_t cq, int n_recv, const uint64_t *recv_wr_id,
+                          const uint32_t *recv_num_sge, const uint64_t *recv_sge_addr,
+                          const uint32_t *recv_sge_len, const uint32_t *recv_sge_lkey,
+                          int n_send, const uint64_t *wr_id_in, const uint32_t *opcode_in,
+                          const uint32_t *flags, const uint64_t *remote_addr,
+                          const uint32_t *rkey, const uint32_t *imm_in,
+                          const uint64_t *compare_add, const uint64_t *swap,
+                          const uint32_t *num_sge, const uint64_t *sge_addr,
+                          const uint32_t *sge_len, const uint32_t *sge_lkey,
+                          uint64_t want_wr_id, int64_t spin_ns, int max, int *post_rc,
+                          int *post_which, int *bad_index, uint64_t *wr_id,
+                          uint32_t *status, uint32_t *opcode, uint32_t *byte_len,
+                          uint32_t *imm_be, uint32_t *qp_num, uint32_t *src_qp,
+                          uint32_t *wc_flags);
 /* sizeof(struct ibv_send_wr), sizeof(struct ibv_wc), offsetof(struct ibv_qp,
  * qp_num): the header this module was compiled against, for tests. */
 size_t netio_verbs_abi(int what);

@@ -22,6 +22,8 @@ from typing import Any
 import netio
 from netio.api.endpoint import Endpoint, WorkRequest
 from netio.api.region import Region, RemoteRegion
+from netio.backends.base import RecvRequest, SendRequest
+from netio.backends.verbs import PreparedPost, VerbsBackend, VerbsQp
 from netio.errors import ExchangeMismatch, IoError
 from netio.perf.spec import (
     ATOMIC_BYTES,
@@ -37,6 +39,13 @@ _ALL_ACCESS = (netio.Access.LOCAL_WRITE | netio.Access.REMOTE_WRITE
                | netio.Access.REMOTE_READ | netio.Access.REMOTE_ATOMIC)
 
 Result = BandwidthResult | LatencyResult
+# wr_ids of the verbs latency path's own requests (the endpoint numbers its from 1 up)
+_FAST_SEND_ID = 0xFFFF_FFFF_FFFF_FF01
+_FAST_LAST_ID = 0xFFFF_FFFF_FFFF_FF02
+_FAST_RECV_ID = 0xFFFF_FFFF_FFFF_FF03
+# one SEND in this many is signaled, as perftest moderates completions (the rest are
+# retired by it): the send queue never fills, and few completions are polled
+_FAST_SIGNAL_EVERY = 64
 
 
 @dataclass
@@ -129,6 +138,11 @@ async def serve(ctx: netio.Context, listener: netio.Listener,
             await asyncio.sleep(0)  # the first receives are posted before "go"
             await control.send(ctx, "go")
             await asyncio.gather(*pending_data)
+        elif spec.mode is Mode.SEND_LAT and (fast := _fast_qp(ctx, first)) is not None:
+            pings = _FastPingPong(fast, first, region, size, timeout_s)
+            pings.post_first()  # before "go": the first ping finds it
+            await control.send(ctx, "go")
+            pings.pong(counts[0])
         elif spec.mode.is_pingpong:
             ping = first.recv(region[0:size])  # before "go": the first ping finds it
             await control.send(ctx, "go")
@@ -213,9 +227,11 @@ async def run_client(ctx: netio.Context, server: str, spec: RunSpec, timeout_s: 
         await control.take(pending, "go", timeout_s)
         cpu0 = time.process_time()
         wall0 = time.perf_counter()
-        if spec.mode.is_latency:
-            samples = await _latency(spec.mode, first, region, remote, size, iterations)
-            measured: tuple[float, float, int] | list[float] = samples
+        if spec.mode is Mode.SEND_LAT and (fast := _fast_qp(ctx, first)) is not None:
+            measured: tuple[float, float, int] | list[float] = _FastPingPong(
+                fast, first, region, size, timeout_s).ping(iterations)
+        elif spec.mode.is_latency:
+            measured = await _latency(spec.mode, first, region, remote, size, iterations)
         else:
             measured = await _bandwidth(spec, endpoints, region, remote, size, counts)
         cpu_s = time.process_time() - cpu0
@@ -335,6 +351,86 @@ async def _latency(mode: Mode, ep: Endpoint, region: Region, remote: RemoteRegio
         if i + 1 < count:
             pong = ep.recv(inbox)
     return samples
+
+
+def _fast_qp(ctx: netio.Context, ep: Endpoint) -> VerbsQp | None:
+    """The verbs QP under ``ep`` when it can post and busy-poll in one call into C."""
+    backend = ctx.backend
+    if not isinstance(backend, VerbsBackend):
+        return None
+    qp = backend.qp_for(ep.address.qpn)
+    return qp if qp is not None and qp.can_exchange else None
+
+
+class _FastPingPong:
+    """send_lat over the verbs backend as ib_send_lat runs it: requests built once, and
+    each step of the ping-pong (post the next receive and the SEND, poll until the
+    peer's SEND arrives) is one call into C that busy-polls the CQ
+    (:meth:`VerbsQp.exchange`). The SENDs go unsignaled but one in
+    ``_FAST_SIGNAL_EVERY`` and the last. The wire is the same as the endpoint path's, so
+    either side may run either path. The event loop does not run during the phase."""
+
+    def __init__(self, qp: VerbsQp, ep: Endpoint, region: Region, size: int,
+                 timeout_s: float) -> None:
+        self.qp, self.ep = qp, ep
+        self.timeout_s = timeout_s
+        self.request = WorkRequest.send(region[size:2 * size])
+        inbox = region[0:size].segment()
+        outbox = region[size:2 * size].segment()
+        recv = RecvRequest(_FAST_RECV_ID, (inbox,))
+
+        def send(wr_id: int, signaled: bool) -> SendRequest:
+            return SendRequest(wr_id, netio.WrOpcode.SEND, (outbox,), signaled=signaled)
+
+        self.recv_only = qp.prepare(recvs=[recv])
+        self.both = qp.prepare([send(_FAST_SEND_ID, False)], [recv])
+        self.both_signaled = qp.prepare([send(_FAST_SEND_ID, True)], [recv])
+        self.both_last = qp.prepare([send(_FAST_LAST_ID, True)], [recv])
+        self.last = qp.prepare([send(_FAST_LAST_ID, True)])
+        self.last_done = False
+
+    def _step(self, post: PreparedPost | None, want: int) -> None:
+        got = self.qp.exchange(post, want, self.timeout_s)
+        for c in got:
+            if c.status is not netio.WcStatus.SUCCESS:
+                raise self.ep.error_for(c, self.request)
+            if c.wr_id == _FAST_LAST_ID:
+                self.last_done = True
+        if want and not any(c.wr_id == want for c in got):
+            raise netio.Timeout("send_lat (verbs, busy-polled)", self.timeout_s)
+
+    def _post(self, i: int, count: int, last: PreparedPost) -> PreparedPost:
+        if i + 1 >= count:
+            return last
+        return self.both_signaled if i % _FAST_SIGNAL_EVERY == 0 else self.both
+
+    def ping(self, count: int) -> list[float]:
+        """The client: half round trips in microseconds. Each step posts the receive for
+        the answer, then the SEND, and polls until the answer arrives."""
+        clock = time.perf_counter_ns
+        samples: list[float] = []
+        for i in range(count):
+            post = self._post(i, count, self.both_last)
+            t0 = clock()
+            self._step(post, _FAST_RECV_ID)
+            samples.append((clock() - t0) / 2e3)
+        if not self.last_done:  # the last SEND's own completion
+            self._step(None, _FAST_LAST_ID)
+        return samples
+
+    def post_first(self) -> None:
+        """The server's first receive, posted before it says "go"."""
+        self._step(self.recv_only, 0)
+
+    def pong(self, count: int) -> None:
+        """The server: answer ``count`` pings; each step posts the receive for the next
+        ping (none after the last: the control message needs the queue), then the
+        answer, and polls until the next ping arrives."""
+        self._step(None, _FAST_RECV_ID)
+        for i in range(count):
+            last = i + 1 >= count
+            self._step(self._post(i, count, self.last),
+                       _FAST_LAST_ID if last else _FAST_RECV_ID)
 
 
 __all__ = ["CONTROL_BYTES", "Result", "run_client", "serve"]
