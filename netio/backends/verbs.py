@@ -323,7 +323,10 @@ class _SpinSelector:
             qp = busy[which]
             qp._spun(rows)
             events = inner.select(0)
-            key = inner.get_key(qp.channel_fd)
+            try:
+                key = inner.get_key(qp.channel_fd)
+            except (KeyError, ValueError):  # its reader is gone: poll() still has them
+                return events
             if all(k.fd != key.fd for k, _mask in events):
                 events.append((key, selectors.EVENT_READ))
             return events
