@@ -338,6 +338,110 @@ int netio_verbs_post_poll(uintptr_t qp, uintptr_t cq, int n_recv, const uint64_t
     return done;
 }
 
+/* Poll until a completion of want arrives; completions of other wr_ids that are ours
+ * (send_wr_id, last_wr_id, recv_wr_id) are counted in *seen_last / ignored. Returns 0,
+ * -1 (poll failed), -3 (time ran out) or 1 (bad completion, copied to index 0). */
+static int wait_for(struct ibv_cq *cq, uint64_t want, uint64_t recv_id, uint64_t send_id,
+                    uint64_t last_id, int *seen_last, int64_t spin_ns, uint64_t *wr_id,
+                    uint32_t *status, uint32_t *opcode, uint32_t *byte_len, uint32_t *imm_be,
+                    uint32_t *qp_num, uint32_t *src_qp, uint32_t *wc_flags)
+{
+    struct ibv_wc wc[8];
+    int64_t deadline = now_ns() + spin_ns;
+    for (unsigned round = 0;; round++) {
+        int got = ibv_poll_cq(cq, 8, wc);
+        if (got < 0)
+            return -1;
+        int found = 0;
+        for (int i = 0; i < got; i++) {
+            uint64_t id = wc[i].wr_id;
+            if (wc[i].status != IBV_WC_SUCCESS
+                || (id != recv_id && id != send_id && id != last_id)) {
+                copy_wc(&wc[i], 1, 0, wr_id, status, opcode, byte_len, imm_be, qp_num,
+                        src_qp, wc_flags);
+                return 1;
+            }
+            if (id == last_id)
+                *seen_last = 1;
+            if (id == want)
+                found = 1;
+        }
+        if (found)
+            return 0;
+        if (got == 0 && round % SPIN_CLOCK_EVERY == 0 && now_ns() >= deadline)
+            return -3;
+    }
+}
+
+int netio_verbs_pingpong(uintptr_t qp, uintptr_t cq, int initiator, int first, int count,
+                         int signal_every, uint64_t recv_wr_id, uint64_t recv_sge_addr,
+                         uint32_t recv_sge_len, uint32_t recv_sge_lkey, uint64_t send_wr_id,
+                         uint64_t last_wr_id, uint32_t send_opcode, uint32_t send_flags,
+                         uint64_t send_sge_addr, uint32_t send_sge_len,
+                         uint32_t send_sge_lkey, int64_t spin_ns, int64_t *t_ns,
+                         int *steps, int *post_rc, uint64_t *wr_id, uint32_t *status,
+                         uint32_t *opcode, uint32_t *byte_len, uint32_t *imm_be,
+                         uint32_t *qp_num, uint32_t *src_qp, uint32_t *wc_flags)
+{
+    struct ibv_qp *q = (struct ibv_qp *)qp;
+    struct ibv_cq *c = (struct ibv_cq *)cq;
+    struct ibv_sge rsge = {recv_sge_addr, recv_sge_len, recv_sge_lkey};
+    struct ibv_sge ssge = {send_sge_addr, send_sge_len, send_sge_lkey};
+    struct ibv_recv_wr rwr = {.wr_id = recv_wr_id, .sg_list = &rsge, .num_sge = 1};
+    struct ibv_send_wr swr;
+    struct ibv_recv_wr *rbad = NULL;
+    struct ibv_send_wr *sbad = NULL;
+    int seen_last = 0, rc;
+    memset(&swr, 0, sizeof swr);
+    swr.sg_list = &ssge;
+    swr.num_sge = 1;
+    swr.opcode = (enum ibv_wr_opcode)send_opcode;
+    *steps = 0;
+    *post_rc = 0;
+    if (count <= 0)
+        return 0;
+    if (signal_every <= 0)
+        signal_every = 1;
+#define WAIT(want) wait_for(c, (want), recv_wr_id, send_wr_id, last_wr_id, &seen_last, \
+                            spin_ns, wr_id, status, opcode, byte_len, imm_be, qp_num, \
+                            src_qp, wc_flags)
+    if (!initiator && first == 0 && (rc = ibv_post_recv(q, &rwr, &rbad)) != 0) {
+        *post_rc = rc;
+        return -2;
+    }
+    if (!initiator && first < 2 && (rc = WAIT(recv_wr_id)) != 0)
+        return rc;
+    for (int i = 0; i < count; i++) {
+        int last = i + 1 == count;
+        int64_t t0 = now_ns();
+        /* the initiator's receive is for this answer; the other side's for the next ping */
+        if (initiator || !last) {
+            if ((rc = ibv_post_recv(q, &rwr, &rbad)) != 0) {
+                *post_rc = rc;
+                return -2;
+            }
+        }
+        swr.wr_id = last ? last_wr_id : send_wr_id;
+        swr.send_flags = (send_flags & ~(unsigned)IBV_SEND_SIGNALED)
+                         | (last || i % signal_every == 0 ? IBV_SEND_SIGNALED : 0);
+        if ((rc = ibv_post_send(q, &swr, &sbad)) != 0) {
+            *post_rc = rc;
+            return -2;
+        }
+        if (initiator || !last) {
+            if ((rc = WAIT(recv_wr_id)) != 0)
+                return rc;
+        }
+        if (initiator)
+            t_ns[i] = now_ns() - t0;
+        *steps = i + 1;
+    }
+    if (!seen_last && (rc = WAIT(last_wr_id)) != 0)
+        return rc;
+#undef WAIT
+    return 0;
+}
+
 size_t netio_verbs_abi(int what)
 {
     switch (what) {

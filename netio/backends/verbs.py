@@ -88,6 +88,7 @@ from netio.errors import (
     RegistrationError,
     RegistrationLimit,
     RoceError,
+    Timeout,
     VerbsError,
 )
 
@@ -353,10 +354,9 @@ def _spin_selector(loop: asyncio.AbstractEventLoop, module: Any) -> _SpinSelecto
 class PreparedPost:
     """Work requests checked once and kept as the native data path's flat lists, to be
     posted again and again by :meth:`VerbsQp.exchange` (perftest builds its work
-    requests once, too). ``recv``/``send``: the lists; the rest is the bookkeeping."""
+    requests once, too). ``native``: their C arrays; the rest is the bookkeeping."""
 
-    recv: tuple[list[int], ...]
-    send: tuple[list[int], ...]
+    native: Any
     recv_ids: tuple[int, ...]
     sends: tuple[_Posted, ...]
     send_requests: tuple[SendRequest, ...]
@@ -816,6 +816,11 @@ class VerbsQp:
     # -- one call per step: post and busy-poll (the latency path) ----------------------------
 
     @property
+    def max_inline_bytes(self) -> int:
+        """The most bytes one request may carry inline (``QpOptions.max_inline_bytes``)."""
+        return self._options.max_inline_bytes
+
+    @property
     def can_exchange(self) -> bool:
         """Whether :meth:`exchange` works here: the native data path, RC or UC."""
         return self._native is not None and self.qp_type != QpType.UD
@@ -827,7 +832,8 @@ class VerbsQp:
         wr_ids belong to ``exchange``: ``poll`` keeps those it comes across for it. Raises
         as those do; RoceError where :attr:`can_exchange` is False."""
         self._check_open("prepare")
-        if not self.can_exchange:
+        native = self._native
+        if native is None or self.qp_type == QpType.UD:
             raise RoceError(f"QP {self.qpn}: exchange needs the native data path on an RC or "
                             f"UC QP ({self.native_why_not or self.qp_type.name})")
         checked = [self._check_send(r) for r in sends]
@@ -855,7 +861,7 @@ class VerbsQp:
                 [x[0] for x in rflat], [x[1] for x in rflat], [x[2] for x in rflat])
         self._reserved.update(r.wr_id for r in sends)
         self._reserved.update(rr.wr_id for rr in recvs)
-        return PreparedPost(recv if recvs else (), send if sends else (),
+        return PreparedPost(native.build(recv if recvs else (), send if sends else ()),
                             tuple(rr.wr_id for rr in recvs),
                             tuple(_Posted(r.wr_id, _SEND_OPCODES[r.opcode]) for r in sends),
                             tuple(sends))
@@ -873,10 +879,7 @@ class VerbsQp:
         if native is None or self.qp_type == QpType.UD:
             raise RoceError(f"QP {self.qpn}: exchange needs the native data path on an RC or "
                             f"UC QP ({self.native_why_not or self.qp_type.name})")
-        recv: tuple[list[int], ...] = ()
-        send: tuple[list[int], ...] = ()
         if prepared is not None:
-            recv, send = prepared.recv, prepared.send
             if len(prepared.sends) > self._options.max_send_wr - len(self._sends):
                 raise RoceError(f"QP {self.qpn}: send queue full: {len(self._sends)} of "
                                 f"{self._options.max_send_wr} posted and not completed, "
@@ -894,8 +897,9 @@ class VerbsQp:
             want_wr_id = 0
             if prepared is None:
                 return out
-        rows, rc, which, bad = native.post_poll(recv, send, want_wr_id,
-                                                int(max(0.0, timeout_s) * 1e9))
+        rows, rc, which, bad = native.post_poll(
+            prepared.native if prepared is not None else None, want_wr_id,
+            int(max(0.0, timeout_s) * 1e9))
         if prepared is not None:
             recvs_posted = len(prepared.recv_ids) if rc == 0 or which == 2 else bad
             sends_posted = len(prepared.sends) if rc == 0 else (bad if which == 2 else 0)
@@ -923,7 +927,63 @@ class VerbsQp:
             left_s = deadline - time.monotonic()
             if left_s <= 0:
                 return out
-            rows, _rc, _which, _bad = native.post_poll((), (), want_wr_id, int(left_s * 1e9))
+            rows, _rc, _which, _bad = native.post_poll(None, want_wr_id, int(left_s * 1e9))
+
+    def pingpong(self, recv: RecvRequest, send: SendRequest, *, initiator: bool, count: int,
+                 signal_every: int, timeout_s: float) -> tuple[list[int], Completion | None]:
+        """A whole ping-pong of ``send`` (one segment) against ``recv`` (one segment) in one
+        call into C, as ib_send_lat runs it (``netio_verbs_pingpong``): the initiator posts
+        the receive for the answer and its SEND and busy-polls until the answer comes,
+        ``count`` times; the other side answers each. One SEND in ``signal_every`` and the
+        last are signaled (the last SEND's wr_id is ``send.wr_id + 1``). The QP must have
+        nothing else outstanding, except the responder's first receive (``recv``, posted
+        with :meth:`exchange` before the peer was told to start). Returns the initiator's
+        step durations in ns and the completion that stopped it with an error status (or
+        of an unknown wr_id), else None. Raises VerbsError when a post or poll fails,
+        Timeout when a wait passes ``timeout_s``."""
+        self._check_open("pingpong")
+        native = self._native
+        if native is None or self.qp_type == QpType.UD:
+            raise RoceError(f"QP {self.qpn}: pingpong needs the native data path on an RC or "
+                            f"UC QP ({self.native_why_not or self.qp_type.name})")
+        sges = self._check_send(send)
+        rsges = self._sges(recv.segments, recv.wr_id)
+        if len(sges) != 1 or len(rsges) != 1:
+            raise RoceError(f"QP {self.qpn}: pingpong takes one segment per request")
+        held = [c for c in self._held if c.wr_id == recv.wr_id]
+        pre_posted = list(self._recvs) == [recv.wr_id] or bool(held)
+        if self._sends or (self._recvs and not pre_posted) or len(held) > 1 or (
+                initiator and pre_posted):
+            raise RoceError(f"QP {self.qpn}: pingpong needs a quiet QP ({len(self._sends)} "
+                            f"sends, {len(self._recvs)} receives outstanding)")
+        first = 2 if held else 1 if pre_posted else 0
+        if held and held[0].status != WcStatus.SUCCESS:
+            return [], held[0]
+        self._held = [c for c in self._held if c.wr_id != recv.wr_id]
+        self._recvs.clear()
+        last_id = (send.wr_id + 1) & 0xFFFF_FFFF_FFFF_FFFF
+        self._reserved.update((recv.wr_id, send.wr_id, last_id))
+        flags = _SEND_INLINE if send.inline else 0
+        rc, steps_ns, _done, post_rc, bad = native.pingpong(
+            initiator, first, count, signal_every, (recv.wr_id, *rsges[0]),
+            (send.wr_id, last_id, int(send.opcode), flags, *sges[0]),
+            int(max(0.0, timeout_s) * 1e9))
+        self._stats["sends_posted"] += count
+        self._stats["recvs_posted"] += count
+        if rc == -1:
+            raise VerbsError("ibv_poll_cq", f"QP {self.qpn}: polling its CQ failed")
+        if rc == -2:
+            raise VerbsError("ibv_post_send", f"QP {self.qpn}: a ping-pong post was refused: "
+                             f"{os.strerror(post_rc)}", errno_value=post_rc,
+                             hint=f"QP state {self._state}")
+        if rc == -3:
+            raise Timeout(f"QP {self.qpn}: ping-pong (busy-polled)", timeout_s)
+        if bad is not None:
+            self._stats["error_completions"] += 1
+            opcode = WcOpcode.RECV if bad[0] == recv.wr_id else _SEND_OPCODES[send.opcode]
+            return steps_ns, Completion(bad[0], _WC_STATUS.get(bad[1], WcStatus.GENERAL_ERR),
+                                        opcode, bad[5])
+        return steps_ns, None
 
     def _ah(self, gid: str) -> Any:
         """The address handle for a UD destination GID (made once per GID)."""

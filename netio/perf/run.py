@@ -23,7 +23,7 @@ import netio
 from netio.api.endpoint import Endpoint, WorkRequest
 from netio.api.region import Region, RemoteRegion
 from netio.backends.base import RecvRequest, SendRequest
-from netio.backends.verbs import PreparedPost, VerbsBackend, VerbsQp
+from netio.backends.verbs import VerbsBackend, VerbsQp
 from netio.errors import ExchangeMismatch, IoError
 from netio.perf.spec import (
     ATOMIC_BYTES,
@@ -39,9 +39,9 @@ _ALL_ACCESS = (netio.Access.LOCAL_WRITE | netio.Access.REMOTE_WRITE
                | netio.Access.REMOTE_READ | netio.Access.REMOTE_ATOMIC)
 
 Result = BandwidthResult | LatencyResult
-# wr_ids of the verbs latency path's own requests (the endpoint numbers its from 1 up)
+# wr_ids of the verbs latency path's own requests (the endpoint numbers its from 1 up;
+# the last SEND is _FAST_SEND_ID + 1)
 _FAST_SEND_ID = 0xFFFF_FFFF_FFFF_FF01
-_FAST_LAST_ID = 0xFFFF_FFFF_FFFF_FF02
 _FAST_RECV_ID = 0xFFFF_FFFF_FFFF_FF03
 # one SEND in this many is signaled, as perftest moderates completions (the rest are
 # retired by it): the send queue never fills, and few completions are polled
@@ -363,74 +363,41 @@ def _fast_qp(ctx: netio.Context, ep: Endpoint) -> VerbsQp | None:
 
 
 class _FastPingPong:
-    """send_lat over the verbs backend as ib_send_lat runs it: requests built once, and
-    each step of the ping-pong (post the next receive and the SEND, poll until the
-    peer's SEND arrives) is one call into C that busy-polls the CQ
-    (:meth:`VerbsQp.exchange`). The SENDs go unsignaled but one in
-    ``_FAST_SIGNAL_EVERY`` and the last. The wire is the same as the endpoint path's, so
-    either side may run either path. The event loop does not run during the phase."""
+    """send_lat over the verbs backend as ib_send_lat runs it: the whole ping-pong in one
+    call into C that posts and busy-polls (:meth:`VerbsQp.pingpong`), small SENDs inline,
+    one in ``_FAST_SIGNAL_EVERY`` signaled. The wire is the same as the endpoint path's.
+    The event loop does not run during the phase."""
 
     def __init__(self, qp: VerbsQp, ep: Endpoint, region: Region, size: int,
                  timeout_s: float) -> None:
         self.qp, self.ep = qp, ep
         self.timeout_s = timeout_s
         self.request = WorkRequest.send(region[size:2 * size])
-        inbox = region[0:size].segment()
-        outbox = region[size:2 * size].segment()
-        recv = RecvRequest(_FAST_RECV_ID, (inbox,))
+        self.recv = RecvRequest(_FAST_RECV_ID, (region[0:size].segment(),))
+        # inline as perftest sends small messages: the payload goes with the request
+        self.send = SendRequest(_FAST_SEND_ID, netio.WrOpcode.SEND,
+                                (region[size:2 * size].segment(),),
+                                inline=size <= qp.max_inline_bytes)
 
-        def send(wr_id: int, signaled: bool) -> SendRequest:
-            return SendRequest(wr_id, netio.WrOpcode.SEND, (outbox,), signaled=signaled)
-
-        self.recv_only = qp.prepare(recvs=[recv])
-        self.both = qp.prepare([send(_FAST_SEND_ID, False)], [recv])
-        self.both_signaled = qp.prepare([send(_FAST_SEND_ID, True)], [recv])
-        self.both_last = qp.prepare([send(_FAST_LAST_ID, True)], [recv])
-        self.last = qp.prepare([send(_FAST_LAST_ID, True)])
-        self.last_done = False
-
-    def _step(self, post: PreparedPost | None, want: int) -> None:
-        got = self.qp.exchange(post, want, self.timeout_s)
-        for c in got:
-            if c.status is not netio.WcStatus.SUCCESS:
-                raise self.ep.error_for(c, self.request)
-            if c.wr_id == _FAST_LAST_ID:
-                self.last_done = True
-        if want and not any(c.wr_id == want for c in got):
-            raise netio.Timeout("send_lat (verbs, busy-polled)", self.timeout_s)
-
-    def _post(self, i: int, count: int, last: PreparedPost) -> PreparedPost:
-        if i + 1 >= count:
-            return last
-        return self.both_signaled if i % _FAST_SIGNAL_EVERY == 0 else self.both
+    def _run(self, initiator: bool, count: int) -> list[int]:
+        steps_ns, bad = self.qp.pingpong(self.recv, self.send, initiator=initiator,
+                                         count=count, signal_every=_FAST_SIGNAL_EVERY,
+                                         timeout_s=self.timeout_s)
+        if bad is not None:
+            raise self.ep.error_for(bad, self.request)
+        return steps_ns
 
     def ping(self, count: int) -> list[float]:
-        """The client: half round trips in microseconds. Each step posts the receive for
-        the answer, then the SEND, and polls until the answer arrives."""
-        clock = time.perf_counter_ns
-        samples: list[float] = []
-        for i in range(count):
-            post = self._post(i, count, self.both_last)
-            t0 = clock()
-            self._step(post, _FAST_RECV_ID)
-            samples.append((clock() - t0) / 2e3)
-        if not self.last_done:  # the last SEND's own completion
-            self._step(None, _FAST_LAST_ID)
-        return samples
+        """The client: half round trips in microseconds."""
+        return [ns / 2e3 for ns in self._run(True, count)]
 
     def post_first(self) -> None:
         """The server's first receive, posted before it says "go"."""
-        self._step(self.recv_only, 0)
+        self.qp.exchange(self.qp.prepare(recvs=[self.recv]), 0, 0.0)
 
     def pong(self, count: int) -> None:
-        """The server: answer ``count`` pings; each step posts the receive for the next
-        ping (none after the last: the control message needs the queue), then the
-        answer, and polls until the next ping arrives."""
-        self._step(None, _FAST_RECV_ID)
-        for i in range(count):
-            last = i + 1 >= count
-            self._step(self._post(i, count, self.last),
-                       _FAST_LAST_ID if last else _FAST_RECV_ID)
+        """The server: answer ``count`` pings."""
+        self._run(False, count)
 
 
 __all__ = ["CONTROL_BYTES", "Result", "run_client", "serve"]

@@ -415,3 +415,50 @@ def test_post_poll_stops_at_an_error_completion_and_reports_a_refused_post() -> 
     fake.refuse_at = 0
     got, _arrays, (rc, which, bad) = _post_poll(fake, [3], [4], want=3)
     assert (got, rc, which, bad) == (-2, 12, 2, 0)  # the receive went, the SEND did not
+
+
+def _pingpong(fake: FakeVerbs, initiator: bool, first: int, count: int,
+              every: int) -> tuple[int, list[int], int, Any]:
+    t_ns = ffi.new("int64_t[]", max(1, count))
+    steps = ffi.new("int[2]")
+    arrays = _out()
+    rc = lib.netio_verbs_pingpong(fake.qp_addr, fake.cq_addr, int(initiator), first, count,
+                                  every, 7, 0x100, 64, 5, 20, 21, 2, IBV_SEND_INLINE,
+                                  0x200, 64, 5, 10**12, t_ns, steps, steps + 1, *arrays)
+    return rc, list(ffi.unpack(t_ns, count)), int(steps[0]), arrays
+
+
+def test_pingpong_initiator_posts_receive_then_send_and_signals_as_asked() -> None:
+    """ib_send_lat's loop: per step the receive for the answer, then the SEND (signaled
+    at steps 0 and 2 with signal_every 2, and at the last, which carries wr_id 21); the
+    step ends when the answer (wr_id 7) is polled; the last SEND's completion is awaited
+    before it returns, and the send completions in between are taken in stride."""
+    fake = CountingFake(per_poll=1)
+    fake.wcs = [Wc(wr_id=20), Wc(wr_id=7, opcode=128), Wc(wr_id=7, opcode=128),
+                Wc(wr_id=20), Wc(wr_id=7, opcode=128), Wc(wr_id=21)]
+    rc, t_ns, steps, _arrays = _pingpong(fake, True, 0, 3, 2)
+    assert (rc, steps) == (0, 3) and all(t >= 0 for t in t_ns)
+    assert fake.log == ["recv", "send"] * 3
+    assert [r[0][0] for r in fake.received] == [7, 7, 7]
+    sent = [(w[0]["wr_id"], w[0]["flags"], w[0]["sges"]) for w in fake.sent]
+    assert sent == [(20, IBV_SEND_INLINE | IBV_SEND_SIGNALED, [(0x200, 64, 5)]),
+                    (20, IBV_SEND_INLINE, [(0x200, 64, 5)]),
+                    (21, IBV_SEND_INLINE | IBV_SEND_SIGNALED, [(0x200, 64, 5)])]
+    assert fake.wcs == []
+
+
+def test_pingpong_responder_and_what_stops_it() -> None:
+    """The responder that has its first ping already (first 2) answers it with no wait,
+    posts no receive after the last ping; an error status or a foreign wr_id stops the
+    loop with return 1 and that completion at index 0."""
+    fake = CountingFake(per_poll=1)
+    fake.wcs = [Wc(wr_id=7, opcode=128), Wc(wr_id=21)]
+    rc, _t, steps, _arrays = _pingpong(fake, False, 2, 2, 64)
+    assert (rc, steps) == (0, 2)
+    assert fake.log == ["recv", "send", "send"]  # no receive after the last ping
+    for bad in (Wc(wr_id=7, status=13, opcode=128), Wc(wr_id=999, opcode=128)):
+        fake = CountingFake(per_poll=1)
+        fake.wcs = [Wc(wr_id=20), bad]
+        rc, _t, steps, arrays = _pingpong(fake, True, 0, 3, 1)
+        assert (rc, steps, int(arrays[0][0]), int(arrays[1][0])) == (1, 0, bad.wr_id,
+                                                                     bad.status)
