@@ -10,7 +10,11 @@ g1), alternating the two tools for each of ``--reps`` repetitions:
 * ``netio bench write_bw --backend verbs`` against ``ib_write_bw`` at 64 KiB and 1 MiB:
   the ratio of average bandwidths (target >= 0.90);
 * ``netio bench send_lat --backend verbs`` against ``ib_send_lat`` at 64 B: the ratio of
-  typical (median) one-way latencies (target <= 1.2);
+  typical (median) one-way latencies (target <= 1.2). Over the native data path netio
+  bench runs the ping-pong as ib_send_lat does, in C (``VerbsQp.pingpong``);
+* ``profile`` (not in the default set): bench/lab_verbs_lat_profile.py, the same 64 B
+  ping-pong at each layer of netio (C alone, backend busy-polling, backend on the
+  completion channel, the IO API with the loop's busy-poll), each against ib_send_lat;
 * the native data path against pyverbs inside g0 (bench/lab_verbs_postpoll.py): time in
   ``post_send`` of 32 WRITEs and in ``poll`` per completion;
 

@@ -136,6 +136,7 @@ SPIN_ENV = "NETIO_VERBS_SPIN_US"
 # NIC completes a small RC operation within a few microseconds, rxe within a few hundred;
 # a loop with nothing else to do burns at most this much CPU per sleep.
 _SPIN_DEFAULT_US = 2000
+_SPIN_MIN_NS = 1000  # a shorter spin is no spin
 
 
 def mtu_enum(mtu_bytes: int) -> int:
@@ -294,8 +295,9 @@ def _spin_ns() -> int:
 class _SpinSelector:
     """An asyncio loop's selector with a busy-poll in front: when the loop would block
     (a timeout other than 0) and one of its native verbs QPs has work outstanding, it
-    first polls those QPs' CQs in C for up to ``spin_ns`` (less when a timer is due), and
-    stops early when one of the loop's read descriptors becomes readable. Completions it
+    first polls those QPs' CQs in C for up to ``spin_ns`` (less when a timer is due, and
+    less after waits that outlasted it), and stops early when one of the loop's read
+    descriptors becomes readable. Completions it
     finds go to their QP (``_spun``), and the QP's channel descriptor is reported ready,
     so the loop runs the QP's channel handler and its ``notify`` as after a wake-up, only
     without the sleep. Everything else is the wrapped selector's."""
@@ -305,6 +307,7 @@ class _SpinSelector:
         self._spinner = spinner
         self.spin_ns = spin_ns
         self.qps: list[VerbsQp] = []
+        self._misses = 0  # waits in a row that outlasted the spin
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -316,24 +319,39 @@ class _SpinSelector:
         busy = [q for q in self.qps if q.spinnable()]
         if not busy:
             return inner.select(timeout)
-        budget_ns = self.spin_ns if timeout is None else min(self.spin_ns, int(timeout * 1e9))
-        fds = [k.fd for k in inner.get_map().values() if k.events & selectors.EVENT_READ]
-        started = time.monotonic()
-        which, rows = self._spinner.spin([q.cq_addr for q in busy], fds, budget_ns)
-        if rows:  # (a failed poll, None, is left to the QP's own next poll to report)
-            qp = busy[which]
-            qp._spun(rows)
-            events = inner.select(0)
-            try:
-                key = inner.get_key(qp.channel_fd)
-            except (KeyError, ValueError):  # its reader is gone: poll() still has them
-                return events
-            if all(k.fd != key.fd for k, _mask in events):
-                events.append((key, selectors.EVENT_READ))
-            return events
+        # Waits longer than the spin (a bandwidth run: one completion per batch) halve
+        # the spin each time, down to none: its CPU would only be taken from the
+        # device's work where they share a core. A wait that ends within spin_ns
+        # brings the full spin back.
+        budget_ns = self.spin_ns >> min(self._misses, 30)
         if timeout is not None:
-            timeout = max(0.0, timeout - (time.monotonic() - started))
-        return inner.select(timeout)
+            budget_ns = min(budget_ns, int(timeout * 1e9))
+        started = time.monotonic()
+        if budget_ns >= _SPIN_MIN_NS:
+            fds = [k.fd for k in inner.get_map().values() if k.events & selectors.EVENT_READ]
+            which, rows = self._spinner.spin([q.cq_addr for q in busy], fds, budget_ns)
+            if rows:  # (a failed poll, None, is left to the QP's own next poll to report)
+                self._misses = 0
+                qp = busy[which]
+                qp._spun(rows)
+                events = inner.select(0)
+                try:
+                    key = inner.get_key(qp.channel_fd)
+                except (KeyError, ValueError):  # its reader is gone: poll() still has them
+                    return events
+                if all(k.fd != key.fd for k, _mask in events):
+                    events.append((key, selectors.EVENT_READ))
+                return events
+            if timeout is not None:
+                timeout = max(0.0, timeout - (time.monotonic() - started))
+        events = inner.select(timeout)
+        channels = {q.channel_fd for q in busy}
+        woke_by_completion = any(k.fd in channels for k, _mask in events)
+        if woke_by_completion and (time.monotonic() - started) * 1e9 <= self.spin_ns:
+            self._misses = 0
+        else:
+            self._misses += 1
+        return events
 
 
 def _spin_selector(loop: asyncio.AbstractEventLoop, module: Any) -> _SpinSelector | None:

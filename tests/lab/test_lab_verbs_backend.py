@@ -347,8 +347,11 @@ def test_busy_poll_and_exchange_between_guests(lab2: Any, spin: str) -> None:
     script = "tests/lab/verbs_spin_guest.py"
     lab2.run_bg(g0, f"{env} python3 {script} server {g0.ip}:{port}; echo __EXIT=$?",
                 f"spin-server-{spin}")
-    rc, raw = lab2.run(g1, f"{env} python3 {script} client {g0.ip}:{port} {spin}",
-                       timeout=300)
+    try:
+        rc, raw = lab2.run(g1, f"{env} python3 {script} client {g0.ip}:{port} {spin}",
+                           timeout=300)
+    finally:
+        lab2.run(g0, f"kill -9 $(cat /tmp/spin-server-{spin}.pid) 2>/dev/null", timeout=30)
     out = raw.decode(errors="replace")
     assert rc == 0, out
     oks, fails = _checks(out)
