@@ -351,7 +351,8 @@ def test_busy_poll_and_exchange_between_guests(lab2: Any, spin: str) -> None:
         rc, raw = lab2.run(g1, f"{env} python3 {script} client {g0.ip}:{port} {spin}",
                            timeout=300)
     finally:
-        lab2.run(g0, f"kill -9 $(cat /tmp/spin-server-{spin}.pid) 2>/dev/null", timeout=30)
+        lab2.run(g0, f"kill -9 $(cat /tmp/verbs-spin-server-{port}.pid) 2>/dev/null",
+                 timeout=30)
     out = raw.decode(errors="replace")
     assert rc == 0, out
     oks, fails = _checks(out)

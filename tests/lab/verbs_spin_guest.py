@@ -16,6 +16,7 @@ gives up after rnr_retry retries; 0 means none), at once, not after its timeout.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 from typing import Any
@@ -132,6 +133,9 @@ async def client(where: str, expect: str) -> None:
 def main() -> int:
     role, where = sys.argv[1], sys.argv[2]
     if role == "server":  # bounded: a client that never comes does not keep the port
+        port = where.rpartition(":")[2]
+        with open(f"/tmp/verbs-spin-server-{port}.pid", "w") as f:  # for the test to end it
+            f.write(str(os.getpid()))
         asyncio.run(asyncio.wait_for(server(where), 240))
     else:
         asyncio.run(client(where, sys.argv[3]))
