@@ -17,7 +17,11 @@ What it does, in ibverbs terms:
   descriptor is made non-blocking and watched with ``loop.add_reader``; on an event
   the backend reads and acknowledges the events, re-arms the CQ (``ibv_req_notify_cq``)
   and then calls ``notify``, so a completion that arrives after the re-arm raises a new
-  event. pyverbs 44 does not expose the channel's fd (``CompChannel.fd`` came later), so
+  event. Before the loop would sleep, it first busy-polls the CQs of its native QPs that
+  have work outstanding (``NETIO_VERBS_SPIN_US``, default 2000; 0 turns it off), as
+  perftest polls: a completion that comes within that time costs no channel wake-up
+  (see :class:`_SpinSelector`). pyverbs 44 does not expose the channel's fd
+  (``CompChannel.fd`` came later), so
   it is found as the one new ``anon_inode:[infinibandevent]`` descriptor that creating
   the channel opened. When that fails, or with ``NETIO_VERBS_POLL=1``, a 1 ms timer calls
   ``notify`` instead (documented fallback);
@@ -42,6 +46,7 @@ import itertools
 import os
 import random
 import resource
+import selectors
 import socket
 import sys
 import time
@@ -72,7 +77,8 @@ from netio.backends.gid import (
     no_device_hint,
     read_gid_table,
 )
-from netio.backends.verbs_native import NativeQp
+from netio.backends.verbs_native import NativeQp, Spinner
+from netio.backends.verbs_native import load as load_native
 from netio.errors import (
     BackendUnavailable,
     ClosedError,
@@ -82,6 +88,7 @@ from netio.errors import (
     RegistrationError,
     RegistrationLimit,
     RoceError,
+    Timeout,
     VerbsError,
 )
 
@@ -124,6 +131,12 @@ _WC_OPCODE = {int(o): o for o in WcOpcode}
 _WC_FLAGS = {f: WcFlags(f) for f in range(int(WcFlags.GRH | WcFlags.WITH_IMM) + 1)}
 _WC_FLAG_MASK = int(WcFlags.GRH | WcFlags.WITH_IMM)
 _RXE_VENDOR_ID = 0xFFFFFF  # drivers/infiniband/sw/rxe/rxe_param.h RXE_VENDOR_ID
+SPIN_ENV = "NETIO_VERBS_SPIN_US"
+# How long an idle event loop busy-polls before it sleeps on the completion channels. A
+# NIC completes a small RC operation within a few microseconds, rxe within a few hundred;
+# a loop with nothing else to do burns at most this much CPU per sleep.
+_SPIN_DEFAULT_US = 2000
+_SPIN_MIN_NS = 1000  # a shorter spin is no spin
 
 
 def mtu_enum(mtu_bytes: int) -> int:
@@ -270,6 +283,103 @@ def _channel_fd(pv: _Pyverbs, ctx: Any) -> tuple[Any, int | None]:
     return channel, (new.pop() if len(new) == 1 else None)
 
 
+def _spin_ns() -> int:
+    text = os.environ.get(SPIN_ENV, "")
+    try:
+        us = int(text) if text else _SPIN_DEFAULT_US
+    except ValueError:
+        us = _SPIN_DEFAULT_US
+    return max(0, us) * 1000
+
+
+class _SpinSelector:
+    """An asyncio loop's selector with a busy-poll in front: when the loop would block
+    (a timeout other than 0) and one of its native verbs QPs has work outstanding, it
+    first polls those QPs' CQs in C for up to ``spin_ns`` (less when a timer is due, and
+    less after waits that outlasted it), and stops early when one of the loop's read
+    descriptors becomes readable. Completions it
+    finds go to their QP (``_spun``), and the QP's channel descriptor is reported ready,
+    so the loop runs the QP's channel handler and its ``notify`` as after a wake-up, only
+    without the sleep. Everything else is the wrapped selector's."""
+
+    def __init__(self, inner: selectors.BaseSelector, spinner: Spinner, spin_ns: int) -> None:
+        self._inner = inner
+        self._spinner = spinner
+        self.spin_ns = spin_ns
+        self.qps: list[VerbsQp] = []
+        self._misses = 0  # waits in a row that outlasted the spin
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        inner = self._inner
+        if (timeout is not None and timeout <= 0) or not self.spin_ns:
+            return inner.select(timeout)
+        busy = [q for q in self.qps if q.spinnable()]
+        if not busy:
+            return inner.select(timeout)
+        # Waits longer than the spin (a bandwidth run: one completion per batch) halve
+        # the spin each time, down to none: its CPU would only be taken from the
+        # device's work where they share a core. A wait that ends within spin_ns
+        # brings the full spin back.
+        budget_ns = self.spin_ns >> min(self._misses, 30)
+        if timeout is not None:
+            budget_ns = min(budget_ns, int(timeout * 1e9))
+        started = time.monotonic()
+        if budget_ns >= _SPIN_MIN_NS:
+            fds = [k.fd for k in inner.get_map().values() if k.events & selectors.EVENT_READ]
+            which, rows = self._spinner.spin([q.cq_addr for q in busy], fds, budget_ns)
+            if rows:  # (a failed poll, None, is left to the QP's own next poll to report)
+                self._misses = 0
+                qp = busy[which]
+                qp._spun(rows)
+                events = inner.select(0)
+                try:
+                    key = inner.get_key(qp.channel_fd)
+                except (KeyError, ValueError):  # its reader is gone: poll() still has them
+                    return events
+                if all(k.fd != key.fd for k, _mask in events):
+                    events.append((key, selectors.EVENT_READ))
+                return events
+            if timeout is not None:
+                timeout = max(0.0, timeout - (time.monotonic() - started))
+        events = inner.select(timeout)
+        channels = {q.channel_fd for q in busy}
+        woke_by_completion = any(k.fd in channels for k, _mask in events)
+        if woke_by_completion and (time.monotonic() - started) * 1e9 <= self.spin_ns:
+            self._misses = 0
+        else:
+            self._misses += 1
+        return events
+
+
+def _spin_selector(loop: asyncio.AbstractEventLoop, module: Any) -> _SpinSelector | None:
+    """The loop's spinning selector, put in place on first use; None for a loop that has
+    no selector to wrap (uvloop, a proactor) or when spinning is turned off."""
+    current = getattr(loop, "_selector", None)
+    if isinstance(current, _SpinSelector):
+        return current
+    spin_ns = _spin_ns()
+    if not spin_ns or not isinstance(current, selectors.BaseSelector):
+        return None
+    wrapper = _SpinSelector(current, Spinner(module), spin_ns)
+    setattr(loop, "_selector", wrapper)  # noqa: B010 (asyncio's own attribute)
+    return wrapper
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedPost:
+    """Work requests checked once and kept as the native data path's flat lists, to be
+    posted again and again by :meth:`VerbsQp.exchange` (perftest builds its work
+    requests once, too). ``native``: their C arrays; the rest is the bookkeeping."""
+
+    native: Any
+    recv_ids: tuple[int, ...]
+    sends: tuple[_Posted, ...]
+    send_requests: tuple[SendRequest, ...]
+
+
 @dataclass(frozen=True, slots=True)
 class _Posted:
     wr_id: int
@@ -298,11 +408,13 @@ class VerbsQp:
         self._sends: deque[_Posted] = deque()  # posted, not yet completed, in order
         self._recvs: deque[int] = deque()
         self._leftover: list[Completion] = []
+        self._reserved: set[int] = set()  # wr_ids of prepared requests (exchange)
+        self._held: list[Completion] = []  # their completions that poll() came across
         self._state = "init"
         self._remote: QpAddress | None = None
         self._mtu_bytes = 0
         self._stats = {"sends_posted": 0, "recvs_posted": 0, "completions": 0,
-                       "error_completions": 0, "notify_events": 0}
+                       "error_completions": 0, "notify_events": 0, "spin_hits": 0}
         self.psn = psn if psn is not None else random.getrandbits(24)
         self.qp_type = qp_type
         self._ahs: dict[str, Any] = {}  # UD: one address handle per destination GID
@@ -346,11 +458,16 @@ class VerbsQp:
         # the C data path (batched post and poll) when it is built and finds this QP's
         # struct ibv_qp; pyverbs otherwise (native_why_not says why)
         self._native, self.native_why_not = NativeQp.attach(self._qp, self.qpn, int(qp_type))
+        self._spinner: _SpinSelector | None = None
         if fd is not None and os.environ.get("NETIO_VERBS_POLL") != "1":
             flags = fcntl.fcntl(fd, fcntl.F_GETFL)
             fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_NONBLOCK)
             self._fd = fd
             loop.add_reader(fd, self._on_channel)
+            if self._native is not None:
+                self._spinner = _spin_selector(loop, load_native()[0])
+                if self._spinner is not None:
+                    self._spinner.qps.append(self)
         else:
             self._timer = loop.call_later(_POLL_FALLBACK_S, self._tick)
 
@@ -381,6 +498,29 @@ class VerbsQp:
             with contextlib.suppress(self._pv.Error):
                 self._cq.req_notify()
         self._notify()
+
+    @property
+    def spin_mode(self) -> str:
+        """``spin`` (the loop busy-polls this QP's CQ before it sleeps) or ``off``."""
+        return "spin" if self._spinner is not None else "off"
+
+    def spinnable(self) -> bool:
+        """Whether the loop should busy-poll this QP's CQ: it has work outstanding."""
+        return self._native is not None and bool(self._sends or self._recvs)
+
+    @property
+    def cq_addr(self) -> int:
+        return self._native.cq_addr if self._native is not None else 0
+
+    @property
+    def channel_fd(self) -> int:
+        return self._fd if self._fd is not None else -1
+
+    def _spun(self, rows: list[tuple[int, ...]]) -> None:
+        """Completions the loop's busy-poll took from this QP's CQ: kept for ``poll``."""
+        self._leftover.extend(self._completion(*row) for row in rows)
+        self._stats["completions"] += len(rows)
+        self._stats["spin_hits"] += 1
 
     def _tick(self) -> None:
         self._timer = None
@@ -691,6 +831,178 @@ class VerbsQp:
         self._recvs.extend(r.wr_id for r in requests)
         self._stats["recvs_posted"] += len(requests)
 
+    # -- one call per step: post and busy-poll (the latency path) ----------------------------
+
+    @property
+    def max_inline_bytes(self) -> int:
+        """The most bytes one request may carry inline (``QpOptions.max_inline_bytes``)."""
+        return self._options.max_inline_bytes
+
+    @property
+    def can_exchange(self) -> bool:
+        """Whether :meth:`exchange` works here: the native data path, RC or UC."""
+        return self._native is not None and self.qp_type != QpType.UD
+
+    def prepare(self, sends: Sequence[SendRequest] = (),
+                recvs: Sequence[RecvRequest] = ()) -> PreparedPost:
+        """Check ``sends`` and ``recvs`` as ``post_send``/``post_recv`` do, once, and keep
+        them as flat lists for :meth:`exchange`. From then on the completions of their
+        wr_ids belong to ``exchange``: ``poll`` keeps those it comes across for it. Raises
+        as those do; RoceError where :attr:`can_exchange` is False."""
+        self._check_open("prepare")
+        native = self._native
+        if native is None or self.qp_type == QpType.UD:
+            raise RoceError(f"QP {self.qpn}: exchange needs the native data path on an RC or "
+                            f"UC QP ({self.native_why_not or self.qp_type.name})")
+        checked = [self._check_send(r) for r in sends]
+        for rr in recvs:
+            if len(rr.segments) > self._max_sge:
+                raise RoceError(f"receive {rr.wr_id}: {len(rr.segments)} segments, this QP "
+                                f"takes {self._max_sge}")
+        rchecked = [self._sges(rr.segments, rr.wr_id) for rr in recvs]
+        for r in sends:
+            if not (0 <= r.rkey < 1 << 32 and 0 <= r.compare_add < 1 << 64
+                    and 0 <= r.swap < 1 << 64):
+                raise RoceError(f"QP {self.qpn}: work request {r.wr_id}: a field does not "
+                                f"fit its ibverbs type (rkey 32 bits, compare/swap 64 bits)")
+        flat = [sge for sges in checked for sge in sges]
+        rflat = [sge for sges in rchecked for sge in sges]
+        send = ([r.wr_id for r in sends], [int(r.opcode) for r in sends],
+                [(_SEND_SIGNALED if r.signaled else 0) | (_SEND_INLINE if r.inline else 0)
+                 for r in sends],
+                [r.remote_addr for r in sends], [r.rkey for r in sends],
+                [socket.htonl(r.imm_data) if r.imm_data is not None else 0 for r in sends],
+                [r.compare_add for r in sends], [r.swap for r in sends],
+                [len(sges) for sges in checked], [x[0] for x in flat], [x[1] for x in flat],
+                [x[2] for x in flat])
+        recv = ([rr.wr_id for rr in recvs], [len(sges) for sges in rchecked],
+                [x[0] for x in rflat], [x[1] for x in rflat], [x[2] for x in rflat])
+        self._reserved.update(r.wr_id for r in sends)
+        self._reserved.update(rr.wr_id for rr in recvs)
+        return PreparedPost(native.build(recv if recvs else (), send if sends else ()),
+                            tuple(rr.wr_id for rr in recvs),
+                            tuple(_Posted(r.wr_id, _SEND_OPCODES[r.opcode]) for r in sends),
+                            tuple(sends))
+
+    def exchange(self, prepared: PreparedPost | None, want_wr_id: int,
+                 timeout_s: float) -> list[Completion]:
+        """Post ``prepared`` (its receives, then its sends; None posts nothing) and busy-poll
+        this QP's CQ until the completion of ``want_wr_id`` or an error completion comes,
+        all in one call into C (as perftest's loop posts and polls); ``want_wr_id`` 0 only
+        posts. Returns every completion polled here, and those of prepared requests that
+        ``poll`` kept; without ``want_wr_id``'s among them when ``timeout_s`` passed. The event loop
+        does not run meanwhile: this is for a caller that waits for nothing else."""
+        self._check_open("exchange")
+        native = self._native
+        if native is None or self.qp_type == QpType.UD:
+            raise RoceError(f"QP {self.qpn}: exchange needs the native data path on an RC or "
+                            f"UC QP ({self.native_why_not or self.qp_type.name})")
+        if prepared is not None:
+            if len(prepared.sends) > self._options.max_send_wr - len(self._sends):
+                raise RoceError(f"QP {self.qpn}: send queue full: {len(self._sends)} of "
+                                f"{self._options.max_send_wr} posted and not completed, "
+                                f"{len(prepared.sends)} more asked")
+            if len(prepared.recv_ids) > self._options.max_recv_wr - len(self._recvs):
+                raise RoceError(f"QP {self.qpn}: receive queue full: {len(self._recvs)} of "
+                                f"{self._options.max_recv_wr} posted, "
+                                f"{len(prepared.recv_ids)} more asked")
+        deadline = time.monotonic() + timeout_s
+        # completions of prepared requests that poll() came across (the loop's own poll
+        # between two exchanges): the one waited for may be among them
+        out, self._held = self._held, []
+        if want_wr_id and any(c.wr_id == want_wr_id or c.status != WcStatus.SUCCESS
+                              for c in out):
+            want_wr_id = 0
+            if prepared is None:
+                return out
+        rows, rc, which, bad = native.post_poll(
+            prepared.native if prepared is not None else None, want_wr_id,
+            int(max(0.0, timeout_s) * 1e9))
+        if prepared is not None:
+            recvs_posted = len(prepared.recv_ids) if rc == 0 or which == 2 else bad
+            sends_posted = len(prepared.sends) if rc == 0 else (bad if which == 2 else 0)
+            self._recvs.extend(prepared.recv_ids[:recvs_posted])
+            self._sends.extend(prepared.sends[:sends_posted])
+            self._stats["recvs_posted"] += recvs_posted
+            self._stats["sends_posted"] += sends_posted
+            if rc:
+                call = "ibv_post_recv" if which == 1 else "ibv_post_send"
+                ids = prepared.recv_ids if which == 1 else [p.wr_id for p in prepared.sends]
+                raise VerbsError(call, f"QP {self.qpn}: request {bad} of {len(ids)} (wr_id "
+                                 f"{ids[bad]}) refused: {os.strerror(rc)}; the {bad} before "
+                                 f"it were posted", errno_value=rc,
+                                 hint=f"QP state {self._state}, {len(self._sends)} sends "
+                                      f"outstanding")
+        while True:
+            if rows is None:
+                raise VerbsError("ibv_poll_cq", f"QP {self.qpn}: polling its CQ failed")
+            done = [self._completion(*row) for row in rows]
+            self._stats["completions"] += len(done)
+            out.extend(done)
+            if not want_wr_id or any(c.wr_id == want_wr_id or c.status != WcStatus.SUCCESS
+                                     for c in done):
+                return out
+            left_s = deadline - time.monotonic()
+            if left_s <= 0:
+                return out
+            rows, _rc, _which, _bad = native.post_poll(None, want_wr_id, int(left_s * 1e9))
+
+    def pingpong(self, recv: RecvRequest, send: SendRequest, *, initiator: bool, count: int,
+                 signal_every: int, timeout_s: float) -> tuple[list[int], Completion | None]:
+        """A whole ping-pong of ``send`` (one segment) against ``recv`` (one segment) in one
+        call into C, as ib_send_lat runs it (``netio_verbs_pingpong``): the initiator posts
+        the receive for the answer and its SEND and busy-polls until the answer comes,
+        ``count`` times; the other side answers each. One SEND in ``signal_every`` and the
+        last are signaled (the last SEND's wr_id is ``send.wr_id + 1``). The QP must have
+        nothing else outstanding, except the responder's first receive (``recv``, posted
+        with :meth:`exchange` before the peer was told to start). Returns the initiator's
+        step durations in ns and the completion that stopped it with an error status (or
+        of an unknown wr_id), else None. Raises VerbsError when a post or poll fails,
+        Timeout when a wait passes ``timeout_s``."""
+        self._check_open("pingpong")
+        native = self._native
+        if native is None or self.qp_type == QpType.UD:
+            raise RoceError(f"QP {self.qpn}: pingpong needs the native data path on an RC or "
+                            f"UC QP ({self.native_why_not or self.qp_type.name})")
+        sges = self._check_send(send)
+        rsges = self._sges(recv.segments, recv.wr_id)
+        if len(sges) != 1 or len(rsges) != 1:
+            raise RoceError(f"QP {self.qpn}: pingpong takes one segment per request")
+        held = [c for c in self._held if c.wr_id == recv.wr_id]
+        pre_posted = list(self._recvs) == [recv.wr_id] or bool(held)
+        if self._sends or (self._recvs and not pre_posted) or len(held) > 1 or (
+                initiator and pre_posted):
+            raise RoceError(f"QP {self.qpn}: pingpong needs a quiet QP ({len(self._sends)} "
+                            f"sends, {len(self._recvs)} receives outstanding)")
+        first = 2 if held else 1 if pre_posted else 0
+        if held and held[0].status != WcStatus.SUCCESS:
+            return [], held[0]
+        self._held = [c for c in self._held if c.wr_id != recv.wr_id]
+        self._recvs.clear()
+        last_id = (send.wr_id + 1) & 0xFFFF_FFFF_FFFF_FFFF
+        self._reserved.update((recv.wr_id, send.wr_id, last_id))
+        flags = _SEND_INLINE if send.inline else 0
+        rc, steps_ns, _done, post_rc, bad = native.pingpong(
+            initiator, first, count, signal_every, (recv.wr_id, *rsges[0]),
+            (send.wr_id, last_id, int(send.opcode), flags, *sges[0]),
+            int(max(0.0, timeout_s) * 1e9))
+        self._stats["sends_posted"] += count
+        self._stats["recvs_posted"] += count
+        if rc == -1:
+            raise VerbsError("ibv_poll_cq", f"QP {self.qpn}: polling its CQ failed")
+        if rc == -2:
+            raise VerbsError("ibv_post_send", f"QP {self.qpn}: a ping-pong post was refused: "
+                             f"{os.strerror(post_rc)}", errno_value=post_rc,
+                             hint=f"QP state {self._state}")
+        if rc == -3:
+            raise Timeout(f"QP {self.qpn}: ping-pong (busy-polled)", timeout_s)
+        if bad is not None:
+            self._stats["error_completions"] += 1
+            opcode = WcOpcode.RECV if bad[0] == recv.wr_id else _SEND_OPCODES[send.opcode]
+            return steps_ns, Completion(bad[0], _WC_STATUS.get(bad[1], WcStatus.GENERAL_ERR),
+                                        opcode, bad[5])
+        return steps_ns, None
+
     def _ah(self, gid: str) -> Any:
         """The address handle for a UD destination GID (made once per GID)."""
         ah = self._ahs.get(gid)
@@ -790,6 +1102,10 @@ class VerbsQp:
         if len(out) == max_entries and self._state != "closed":
             # there may be more: a channel event will not come for completions already queued
             self._loop.call_soon(self._notify)
+        if self._reserved:
+            # completions of prepared requests belong to exchange(), not to the caller
+            self._held.extend(c for c in out if c.wr_id in self._reserved)
+            out = [c for c in out if c.wr_id not in self._reserved]
         return out
 
     def diagnosis(self) -> str:
@@ -834,6 +1150,11 @@ class VerbsQp:
 
     def _destroy(self) -> None:
         self._native = None  # its pointers die with the pyverbs QP and CQ below
+        spinner = getattr(self, "_spinner", None)  # None when __init__ failed early
+        if spinner is not None:
+            with contextlib.suppress(ValueError):
+                spinner.qps.remove(self)
+            self._spinner = None
         if self._fd is not None:
             with contextlib.suppress(Exception):
                 self._loop.remove_reader(self._fd)
@@ -1056,6 +1377,10 @@ class VerbsBackend:
         if self._closed:
             raise ClosedError(f"verbs backend ({self._desc.device}): {what} after close")
 
+    def qp_for(self, qpn: int) -> VerbsQp | None:
+        """This backend's open QP with number ``qpn`` (an endpoint's ``address.qpn``)."""
+        return next((qp for qp in self._qps if qp.qpn == qpn), None)
+
     def _forget(self, qp: VerbsQp) -> None:
         if qp in self._qps:
             self._qps.remove(qp)
@@ -1120,6 +1445,8 @@ def describe_host(peer_ip: str | None = None, *, sysfs_root: str | Path = "/sys"
 
 
 __all__ = [
+    "SPIN_ENV",
+    "PreparedPost",
     "VerbsBackend",
     "VerbsQp",
     "VerbsRegion",

@@ -43,10 +43,27 @@ def load() -> tuple[Any, str]:
     return _module, _why_not
 
 
+_NONE_RECV = ([0],) * 5
+_NONE_SEND = ([0],) * 12
+# the C types of netio_verbs_post_recv's and netio_verbs_post_send's array arguments
+_RECV_TYPES = ("uint64_t", "uint32_t", "uint64_t", "uint32_t", "uint32_t")
+_SEND_TYPES = ("uint64_t", "uint32_t", "uint32_t", "uint64_t", "uint32_t", "uint32_t",
+               "uint64_t", "uint64_t", "uint32_t", "uint64_t", "uint32_t", "uint32_t")
+
+
+def _arrays(lists: Sequence[Sequence[int]], total: int,
+            first_sge: int) -> Sequence[Sequence[int]]:
+    """``lists`` with its scatter/gather lists (from index ``first_sge``) made non-empty:
+    cffi wants an array even when no request has a segment."""
+    if lists[first_sge]:
+        return lists
+    return (*lists[:first_sge], *([0],) * (total - first_sge))
+
+
 class NativeQp:
     """Post and poll one QP through C. ``qp_addr``/``cq_addr``: the checked pointers."""
 
-    __slots__ = ("_bad", "_cq", "_ffi", "_lib", "_out", "_qp")
+    __slots__ = ("_bad", "_cq", "_ffi", "_lib", "_nothing", "_out", "_post", "_qp")
 
     def __init__(self, module: Any, qp_addr: int, cq_addr: int) -> None:
         self._ffi = ffi = module.ffi
@@ -54,8 +71,15 @@ class NativeQp:
         self._qp = qp_addr
         self._cq = cq_addr
         self._bad = ffi.new("int *")
+        self._post = ffi.new("int[2]")  # post_poll: errno of a failed post, which queue
+        self._nothing = self.build((), ())
         self._out = (ffi.new("uint64_t[]", POLL_CHUNK),
                      *(ffi.new("uint32_t[]", POLL_CHUNK) for _ in range(7)))
+
+    @property
+    def cq_addr(self) -> int:
+        """The checked ``struct ibv_cq`` pointer (for :func:`spin`)."""
+        return self._cq
 
     @classmethod
     def attach(cls, pyverbs_qp: Any, qp_num: int, qp_type: int) -> tuple[NativeQp | None, str]:
@@ -102,6 +126,59 @@ class NativeQp:
                                              sge_len, sge_lkey, self._bad)
         return int(rc), int(self._bad[0])
 
+    def build(self, recv: Sequence[Sequence[int]], send: Sequence[Sequence[int]]) -> Any:
+        """C arrays of receives and sends for :meth:`post_poll`, made once: ``recv`` is
+        (wr_id, num_sge, sge_addr, sge_len, sge_lkey) and ``send`` the twelve lists of
+        :meth:`post_send`; empty sequences for none."""
+        ffi = self._ffi
+        n_recv = len(recv[0]) if recv else 0
+        n_send = len(send[0]) if send else 0
+        rv = _arrays(recv, 5, 2) if n_recv else _NONE_RECV
+        sd = _arrays(send, 12, 9) if n_send else _NONE_SEND
+        return (n_recv, tuple(ffi.new(f"{t}[]", list(v)) for t, v in zip(_RECV_TYPES, rv,
+                                                                          strict=True)),
+                n_send, tuple(ffi.new(f"{t}[]", list(v)) for t, v in zip(_SEND_TYPES, sd,
+                                                                          strict=True)))
+
+    def post_poll(self, posts: Any, want_wr_id: int, spin_ns: int
+                  ) -> tuple[list[tuple[int, ...]] | None, int, int, int]:
+        """Post ``posts`` (from :meth:`build`, or None: nothing): receives, then sends;
+        then busy-poll until ``want_wr_id`` or an error completion comes or ``spin_ns``
+        pass: one call into C. Returns (completions as in :meth:`poll`, None when
+        ``ibv_poll_cq`` failed; errno of a refused post or 0; 1 receives or 2 sends
+        refused; first request not posted)."""
+        arrays = self._out
+        n_recv, rv, n_send, sd = posts if posts is not None else self._nothing
+        got = self._lib.netio_verbs_post_poll(self._qp, self._cq, n_recv, *rv, n_send, *sd,
+                                              want_wr_id, spin_ns, POLL_CHUNK, self._post,
+                                              self._post + 1, self._bad, *arrays)
+        if got == -2:
+            return [], int(self._post[0]), int(self._post[1]), int(self._bad[0])
+        if got < 0:
+            return None, 0, 0, 0
+        if not got:
+            return [], 0, 0, 0
+        unpack = self._ffi.unpack
+        return list(zip(*(unpack(a, got) for a in arrays), strict=True)), 0, 0, 0
+
+    def pingpong(self, initiator: bool, first: int, count: int, signal_every: int,
+                 recv: tuple[int, int, int, int], send: tuple[int, int, int, int, int, int, int],
+                 spin_ns: int) -> tuple[int, list[int], int, int, tuple[int, ...] | None]:
+        """``netio_verbs_pingpong``: ``recv`` is (wr_id, addr, length, lkey), ``send``
+        (wr_id, last_wr_id, opcode, flags, addr, length, lkey). Returns (its return code,
+        the initiator's step durations in ns, steps done, errno of a failed post, the
+        completion that stopped it or None)."""
+        ffi = self._ffi
+        t_ns = ffi.new("int64_t[]", max(1, count))
+        steps = ffi.new("int[2]")
+        rc = self._lib.netio_verbs_pingpong(self._qp, self._cq, int(initiator), first, count,
+                                            signal_every, *recv, *send, spin_ns, t_ns, steps,
+                                            steps + 1, *self._out)
+        done = int(steps[0])
+        bad = tuple(int(a[0]) for a in self._out) if rc == 1 else None
+        return int(rc), list(ffi.unpack(t_ns, done)) if initiator else [], done, \
+            int(steps[1]), bad
+
     def poll(self, max_entries: int) -> list[tuple[int, ...]] | None:
         """Up to ``max_entries`` completions as (wr_id, status, opcode, byte_len, imm_be,
         qp_num, src_qp, wc_flags); None when ``ibv_poll_cq`` failed."""
@@ -120,4 +197,34 @@ class NativeQp:
         return out
 
 
-__all__ = ["ENV", "NativeQp", "load"]
+class Spinner:
+    """Busy-polls the CQs of several native QPs in one call into C (see
+    ``netio_verbs_spin_cq``)."""
+
+    __slots__ = ("_ffi", "_lib", "_out", "_which")
+
+    def __init__(self, module: Any) -> None:
+        self._ffi = ffi = module.ffi
+        self._lib = module.lib
+        self._which = ffi.new("int *")
+        self._out = (ffi.new("uint64_t[]", POLL_CHUNK),
+                     *(ffi.new("uint32_t[]", POLL_CHUNK) for _ in range(7)))
+
+    def spin(self, cq_addrs: Sequence[int], fds: Sequence[int], spin_ns: int
+             ) -> tuple[int, list[tuple[int, ...]] | None]:
+        """(index of the CQ that had completions, its completions as in
+        :meth:`NativeQp.poll`); (…, []) when ``spin_ns`` passed first or one of ``fds``
+        became readable, (…, None) when ``ibv_poll_cq`` failed on that CQ."""
+        got = self._lib.netio_verbs_spin_cq(list(cq_addrs), len(cq_addrs), list(fds) or [0],
+                                            len(fds), spin_ns, POLL_CHUNK, self._which,
+                                            *self._out)
+        which = int(self._which[0])
+        if got < 0:
+            return which, None
+        if got == 0:
+            return which, []
+        unpack = self._ffi.unpack
+        return which, list(zip(*(unpack(a, got) for a in self._out), strict=True))
+
+
+__all__ = ["ENV", "NativeQp", "Spinner", "load"]

@@ -22,6 +22,8 @@ from typing import Any
 import netio
 from netio.api.endpoint import Endpoint, WorkRequest
 from netio.api.region import Region, RemoteRegion
+from netio.backends.base import RecvRequest, SendRequest
+from netio.backends.verbs import VerbsBackend, VerbsQp
 from netio.errors import ExchangeMismatch, IoError
 from netio.perf.spec import (
     ATOMIC_BYTES,
@@ -37,6 +39,13 @@ _ALL_ACCESS = (netio.Access.LOCAL_WRITE | netio.Access.REMOTE_WRITE
                | netio.Access.REMOTE_READ | netio.Access.REMOTE_ATOMIC)
 
 Result = BandwidthResult | LatencyResult
+# wr_ids of the verbs latency path's own requests (the endpoint numbers its from 1 up;
+# the last SEND is _FAST_SEND_ID + 1)
+_FAST_SEND_ID = 0xFFFF_FFFF_FFFF_FF01
+_FAST_RECV_ID = 0xFFFF_FFFF_FFFF_FF03
+# one SEND in this many is signaled, as perftest moderates completions (the rest are
+# retired by it): the send queue never fills, and few completions are polled
+_FAST_SIGNAL_EVERY = 64
 
 
 @dataclass
@@ -129,6 +138,11 @@ async def serve(ctx: netio.Context, listener: netio.Listener,
             await asyncio.sleep(0)  # the first receives are posted before "go"
             await control.send(ctx, "go")
             await asyncio.gather(*pending_data)
+        elif spec.mode is Mode.SEND_LAT and (fast := _fast_qp(ctx, first)) is not None:
+            pings = _FastPingPong(fast, first, region, size, timeout_s)
+            pings.post_first()  # before "go": the first ping finds it
+            await control.send(ctx, "go")
+            pings.pong(counts[0])
         elif spec.mode.is_pingpong:
             ping = first.recv(region[0:size])  # before "go": the first ping finds it
             await control.send(ctx, "go")
@@ -213,9 +227,11 @@ async def run_client(ctx: netio.Context, server: str, spec: RunSpec, timeout_s: 
         await control.take(pending, "go", timeout_s)
         cpu0 = time.process_time()
         wall0 = time.perf_counter()
-        if spec.mode.is_latency:
-            samples = await _latency(spec.mode, first, region, remote, size, iterations)
-            measured: tuple[float, float, int] | list[float] = samples
+        if spec.mode is Mode.SEND_LAT and (fast := _fast_qp(ctx, first)) is not None:
+            measured: tuple[float, float, int] | list[float] = _FastPingPong(
+                fast, first, region, size, timeout_s).ping(iterations)
+        elif spec.mode.is_latency:
+            measured = await _latency(spec.mode, first, region, remote, size, iterations)
         else:
             measured = await _bandwidth(spec, endpoints, region, remote, size, counts)
         cpu_s = time.process_time() - cpu0
@@ -335,6 +351,53 @@ async def _latency(mode: Mode, ep: Endpoint, region: Region, remote: RemoteRegio
         if i + 1 < count:
             pong = ep.recv(inbox)
     return samples
+
+
+def _fast_qp(ctx: netio.Context, ep: Endpoint) -> VerbsQp | None:
+    """The verbs QP under ``ep`` when it can post and busy-poll in one call into C."""
+    backend = ctx.backend
+    if not isinstance(backend, VerbsBackend):
+        return None
+    qp = backend.qp_for(ep.address.qpn)
+    return qp if qp is not None and qp.can_exchange else None
+
+
+class _FastPingPong:
+    """send_lat over the verbs backend as ib_send_lat runs it: the whole ping-pong in one
+    call into C that posts and busy-polls (:meth:`VerbsQp.pingpong`), small SENDs inline,
+    one in ``_FAST_SIGNAL_EVERY`` signaled. The wire is the same as the endpoint path's.
+    The event loop does not run during the phase."""
+
+    def __init__(self, qp: VerbsQp, ep: Endpoint, region: Region, size: int,
+                 timeout_s: float) -> None:
+        self.qp, self.ep = qp, ep
+        self.timeout_s = timeout_s
+        self.request = WorkRequest.send(region[size:2 * size])
+        self.recv = RecvRequest(_FAST_RECV_ID, (region[0:size].segment(),))
+        # inline as perftest sends small messages: the payload goes with the request
+        self.send = SendRequest(_FAST_SEND_ID, netio.WrOpcode.SEND,
+                                (region[size:2 * size].segment(),),
+                                inline=size <= qp.max_inline_bytes)
+
+    def _run(self, initiator: bool, count: int) -> list[int]:
+        steps_ns, bad = self.qp.pingpong(self.recv, self.send, initiator=initiator,
+                                         count=count, signal_every=_FAST_SIGNAL_EVERY,
+                                         timeout_s=self.timeout_s)
+        if bad is not None:
+            raise self.ep.error_for(bad, self.request)
+        return steps_ns
+
+    def ping(self, count: int) -> list[float]:
+        """The client: half round trips in microseconds."""
+        return [ns / 2e3 for ns in self._run(True, count)]
+
+    def post_first(self) -> None:
+        """The server's first receive, posted before it says "go"."""
+        self.qp.exchange(self.qp.prepare(recvs=[self.recv]), 0, 0.0)
+
+    def pong(self, count: int) -> None:
+        """The server: answer ``count`` pings."""
+        self._run(False, count)
 
 
 __all__ = ["CONTROL_BYTES", "Result", "run_client", "serve"]

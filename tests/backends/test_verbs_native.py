@@ -307,3 +307,158 @@ def test_native_path_can_be_forced_off(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setenv("NETIO_VERBS_NATIVE", "0")
     assert NativeQp.attach(object(), 0x11, IBV_QPT_RC) == (None, "NETIO_VERBS_NATIVE=0")
+
+
+def _out(n: int = 64) -> list[Any]:
+    return [ffi.new("uint64_t[]", n)] + [ffi.new("uint32_t[]", n) for _ in range(7)]
+
+
+class CountingFake(FakeVerbs):
+    """A fake whose CQ stays empty for the first ``empty`` polls, then gives at most
+    ``per_poll`` completions a poll."""
+
+    def __init__(self, empty: int = 0, per_poll: int = 64, qp_num: int = 0x11) -> None:
+        super().__init__(qp_num)
+        self.empty = empty
+        self.per_poll = per_poll
+        self.polls = 0
+        self.log: list[str] = []
+
+    def _poll(self, _cq: int, n: int, wc: Any) -> int:
+        self.polls += 1
+        if self.polls <= self.empty:
+            return 0
+        return super()._poll(_cq, min(n, self.per_poll), wc)
+
+    def _post_send(self, _qp: int, wr: Any, bad: Any) -> int:
+        self.log.append("send")
+        return super()._post_send(_qp, wr, bad)
+
+    def _post_recv(self, _qp: int, wr: Any, bad: Any) -> int:
+        self.log.append("recv")
+        return super()._post_recv(_qp, wr, bad)
+
+
+def test_spin_cq_returns_the_first_cq_with_completions() -> None:
+    """Two CQs polled in turn; the second gets completions after 5 empty polls: they come
+    back with which = 1, and the first CQ was polled as often as the second (round robin)."""
+    a, b = CountingFake(), CountingFake(empty=5)
+    b.wcs = [Wc(wr_id=40 + i, status=0, opcode=128, byte_len=64, qp_num=0x11)
+             for i in range(3)]
+    which = ffi.new("int *")
+    arrays = _out()
+    got = lib.netio_verbs_spin_cq([a.cq_addr, b.cq_addr], 2, [0], 0, 10**12, 64, which,
+                                  *arrays)
+    assert (got, which[0]) == (3, 1)
+    assert list(ffi.unpack(arrays[0], 3)) == [40, 41, 42]
+    assert a.polls == b.polls == 6
+
+
+def test_spin_cq_stops_for_a_readable_descriptor_or_the_time() -> None:
+    """No completion ever: a readable descriptor ends the spin at the first check (round
+    0, so one poll per CQ), as does a spin of 0 ns; neither takes a completion."""
+    import os
+
+    fake = CountingFake()
+    which = ffi.new("int *")
+    r, w = os.pipe()
+    try:
+        os.write(w, b"x")
+        assert lib.netio_verbs_spin_cq([fake.cq_addr], 1, [r], 1, 10**12, 64, which,
+                                       *_out()) == 0
+        assert fake.polls == 1
+    finally:
+        os.close(r)
+        os.close(w)
+    assert lib.netio_verbs_spin_cq([fake.cq_addr], 1, [0], 0, 0, 64, which, *_out()) == 0
+    assert fake.polls == 2
+
+
+def _post_poll(fake: FakeVerbs, recv_ids: list[int], send_ids: list[int], want: int,
+               spin_ns: int = 10**12) -> tuple[int, list[Any], list[int]]:
+    rc_which_bad = [ffi.new("int *") for _ in range(3)]
+    arrays = _out()
+    nr, ns = len(recv_ids), len(send_ids)
+    got = lib.netio_verbs_post_poll(
+        fake.qp_addr, fake.cq_addr, nr, recv_ids or [0], [1] * nr or [0], [0x100] * nr or [0],
+        [64] * nr or [0], [7] * nr or [0], ns, send_ids or [0], [2] * ns or [0],
+        [IBV_SEND_SIGNALED] * ns or [0], [0] * ns or [0], [0] * ns or [0], [0] * ns or [0],
+        [0] * ns or [0], [0] * ns or [0], [1] * ns or [0], [0x200] * ns or [0],
+        [64] * ns or [0], [7] * ns or [0], want, spin_ns, 64, *rc_which_bad, *arrays)
+    return got, arrays, [int(p[0]) for p in rc_which_bad]
+
+
+def test_post_poll_posts_receives_then_sends_and_polls_until_the_one_wanted() -> None:
+    """One call: the receive is posted before the SEND (the answer must find it), then the
+    CQ is polled (here after 3 empty polls, then one completion a poll) until wr_id 9
+    has come; the completion after it stays in the CQ."""
+    fake = CountingFake(empty=3, per_poll=1)
+    fake.wcs = [Wc(wr_id=5, status=0, opcode=0), Wc(wr_id=9, status=0, opcode=128),
+                Wc(wr_id=11, status=0, opcode=128)]
+    fake.refuse_at = None
+    got, arrays, (rc, _which, _bad) = _post_poll(fake, [9], [5], want=9)
+    assert fake.log == ["recv", "send"]
+    assert (got, rc) == (2, 0)
+    assert list(ffi.unpack(arrays[0], 2)) == [5, 9]
+    assert [w.wr_id for w in fake.wcs] == [11]
+    assert fake.received == [[(9, [(0x100, 64, 7)])]]
+    assert [w["wr_id"] for w in fake.sent[0]] == [5]
+
+
+def test_post_poll_stops_at_an_error_completion_and_reports_a_refused_post() -> None:
+    fake = CountingFake(per_poll=1)
+    fake.wcs = [Wc(wr_id=5, status=12, opcode=0), Wc(wr_id=9, status=0, opcode=128)]
+    got, arrays, (rc, _which, _bad) = _post_poll(fake, [], [], want=9)
+    assert (got, rc) == (1, 0) and list(ffi.unpack(arrays[1], 1)) == [12]  # RETRY_EXC
+    assert _post_poll(fake, [], [], want=0)[0] == 0  # nothing wanted: no poll
+    assert fake.polls == 1
+    fake.refuse_at = 0
+    got, _arrays, (rc, which, bad) = _post_poll(fake, [3], [4], want=3)
+    assert (got, rc, which, bad) == (-2, 12, 2, 0)  # the receive went, the SEND did not
+
+
+def _pingpong(fake: FakeVerbs, initiator: bool, first: int, count: int,
+              every: int) -> tuple[int, list[int], int, Any]:
+    t_ns = ffi.new("int64_t[]", max(1, count))
+    steps = ffi.new("int[2]")
+    arrays = _out()
+    rc = lib.netio_verbs_pingpong(fake.qp_addr, fake.cq_addr, int(initiator), first, count,
+                                  every, 7, 0x100, 64, 5, 20, 21, 2, IBV_SEND_INLINE,
+                                  0x200, 64, 5, 10**12, t_ns, steps, steps + 1, *arrays)
+    return rc, list(ffi.unpack(t_ns, count)), int(steps[0]), arrays
+
+
+def test_pingpong_initiator_posts_receive_then_send_and_signals_as_asked() -> None:
+    """ib_send_lat's loop: per step the receive for the answer, then the SEND (signaled
+    at steps 0 and 2 with signal_every 2, and at the last, which carries wr_id 21); the
+    step ends when the answer (wr_id 7) is polled; the last SEND's completion is awaited
+    before it returns, and the send completions in between are taken in stride."""
+    fake = CountingFake(per_poll=1)
+    fake.wcs = [Wc(wr_id=20), Wc(wr_id=7, opcode=128), Wc(wr_id=7, opcode=128),
+                Wc(wr_id=20), Wc(wr_id=7, opcode=128), Wc(wr_id=21)]
+    rc, t_ns, steps, _arrays = _pingpong(fake, True, 0, 3, 2)
+    assert (rc, steps) == (0, 3) and all(t >= 0 for t in t_ns)
+    assert fake.log == ["recv", "send"] * 3
+    assert [r[0][0] for r in fake.received] == [7, 7, 7]
+    sent = [(w[0]["wr_id"], w[0]["flags"], w[0]["sges"]) for w in fake.sent]
+    assert sent == [(20, IBV_SEND_INLINE | IBV_SEND_SIGNALED, [(0x200, 64, 5)]),
+                    (20, IBV_SEND_INLINE, [(0x200, 64, 5)]),
+                    (21, IBV_SEND_INLINE | IBV_SEND_SIGNALED, [(0x200, 64, 5)])]
+    assert fake.wcs == []
+
+
+def test_pingpong_responder_and_what_stops_it() -> None:
+    """The responder that has its first ping already (first 2) answers it with no wait,
+    posts no receive after the last ping; an error status or a foreign wr_id stops the
+    loop with return 1 and that completion at index 0."""
+    fake = CountingFake(per_poll=1)
+    fake.wcs = [Wc(wr_id=7, opcode=128), Wc(wr_id=21)]
+    rc, _t, steps, _arrays = _pingpong(fake, False, 2, 2, 64)
+    assert (rc, steps) == (0, 2)
+    assert fake.log == ["recv", "send", "send"]  # no receive after the last ping
+    for bad in (Wc(wr_id=7, status=13, opcode=128), Wc(wr_id=999, opcode=128)):
+        fake = CountingFake(per_poll=1)
+        fake.wcs = [Wc(wr_id=20), bad]
+        rc, _t, steps, arrays = _pingpong(fake, True, 0, 3, 1)
+        assert (rc, steps, int(arrays[0][0]), int(arrays[1][0])) == (1, 0, bad.wr_id,
+                                                                     bad.status)

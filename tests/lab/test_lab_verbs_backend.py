@@ -332,3 +332,28 @@ def test_perftest_rdma_cm_peer_is_named(lab2: Any) -> None:
     assert "__EXIT=4" in client, client
     assert f"{g0.ip}:18672 refuses TCP but accepts an rdma_cm connection" in client
     assert "perftest -R (--rdma_cm)" in client
+
+
+@pytest.mark.parametrize("spin", ["spin", "off"])
+def test_busy_poll_and_exchange_between_guests(lab2: Any, spin: str) -> None:
+    """The event loop's busy-poll before it sleeps (a 200 ms spin, so that every answer
+    in the emulated guests comes within it; ``NETIO_VERBS_SPIN_US=0`` turns it off) and
+    ``VerbsQp.exchange``: SEND ping-pongs through the IO API and through exchange get the
+    right answers, and an RNR NAK under rnr_retry 0 comes back from exchange as the
+    error the endpoint raises for an awaited SEND (verbs_spin_guest.py)."""
+    g0, g1 = lab2.guest("g0"), lab2.guest("g1")
+    env = f"{GUEST_ENV} NETIO_VERBS_SPIN_US={200000 if spin == 'spin' else 0}"
+    port = 18690 if spin == "spin" else 18691
+    script = "tests/lab/verbs_spin_guest.py"
+    lab2.run_bg(g0, f"{env} python3 {script} server {g0.ip}:{port}; echo __EXIT=$?",
+                f"spin-server-{spin}")
+    try:
+        rc, raw = lab2.run(g1, f"{env} python3 {script} client {g0.ip}:{port} {spin}",
+                           timeout=300)
+    finally:
+        lab2.run(g0, f"kill -9 $(cat /tmp/verbs-spin-server-{port}.pid) 2>/dev/null",
+                 timeout=30)
+    out = raw.decode(errors="replace")
+    assert rc == 0, out
+    oks, fails = _checks(out)
+    assert not fails and len(oks) == 8, out
