@@ -21,7 +21,7 @@ it calls the backend's optional non-blocking ``progress()`` hook (the soft backe
 ``recvmmsg``, the native fast path, engine timers checked by deadline, ``sendmmsg``),
 which completes the future on the spot, and runs one non-blocking turn of the loop
 every :data:`_TURN_EVERY` spins for the control path (connects, the exchange, close).
-After :data:`POLL_SPIN_S` without any progress it sleeps in the loop's ``epoll``
+After :data:`poll_spin_s` without any progress it sleeps in the loop's ``epoll``
 (the backend's sockets are registered there), then spins again. One thread drives a
 context at a time (a lock); a waiting thread also drives every other polled context of
 the process that nobody drives (a program or a test with both ends in one thread).
@@ -42,6 +42,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, Generic, TypeVar
 
+from netio.environment import microseconds
 from netio.errors import ClosedError, IoError, Timeout
 
 T = TypeVar("T")
@@ -51,7 +52,13 @@ _THREAD_JOIN_S = 5.0
 #: Polled progress: how long a wait spins without any progress before it sleeps in
 #: epoll (a ping-pong's answer comes back well within it; an idle wait costs one core
 #: for this long, then nothing). ``NETIO_POLL_SPIN_US`` sets it (0: sleep at once).
-POLL_SPIN_S = float(os.environ.get("NETIO_POLL_SPIN_US", "200")) / 1e6
+POLL_SPIN_DEFAULT_US = 200
+
+
+def poll_spin_s() -> float:
+    """The polled-progress spin in seconds (``$NETIO_POLL_SPIN_US``, read at each wait so
+    a bad value is refused where it is used, not at import)."""
+    return microseconds("NETIO_POLL_SPIN_US", POLL_SPIN_DEFAULT_US) / 1e6
 #: Polled progress: after the spin, how long a wait sleeps in poll(2) on the backend's
 #: descriptors (a fast wake-up for data) before it sleeps in the loop (everything else).
 _DIRECT_SLEEP_S = 0.01
@@ -214,14 +221,15 @@ class Runner:
     def _spin(self, future: asyncio.Future[Any], deadline: float | None) -> None:
         progress = self._progress or _nothing
         others = [r for r in _polled if r is not self]
-        idle_until = time.monotonic() + POLL_SPIN_S
+        spin_s = poll_spin_s()
+        idle_until = time.monotonic() + spin_s
         direct_until: float | None = None
         spins = 0
         while not future.done():
             if progress():
                 if future.done():
                     return
-                idle_until = time.monotonic() + POLL_SPIN_S
+                idle_until = time.monotonic() + spin_s
                 direct_until = None
             else:
                 # A spin that found nothing lets another task on this core run: the peer
@@ -249,7 +257,7 @@ class Runner:
                     continue
                 self._sleep(future, min(sleep_s, _SHARED_SLEEP_S) if others else sleep_s)
                 others = [r for r in _polled if r is not self]
-                idle_until = time.monotonic() + POLL_SPIN_S
+                idle_until = time.monotonic() + spin_s
                 direct_until = None
 
     def _close_polled(self) -> None:

@@ -49,6 +49,7 @@ from netio.backends.soft.sockets import (
     parse_raw_ipv4,
     probe_udp_gso,
 )
+from netio.environment import choice
 from netio.errors import DriverSocketError
 from netio.roce.engine import CompletionQueue, OutgoingDatagram, OutgoingRun, RoceEngine
 from netio.roce.link import FaultyLink, LinkFaults
@@ -99,10 +100,7 @@ class DriverConfig:
 def _mode(given: OffloadMode | None, variable: str, default: OffloadMode) -> OffloadMode:
     if given is not None:
         return given
-    try:
-        return OffloadMode(os.environ.get(variable, default.value).lower())
-    except ValueError:
-        return default
+    return choice(variable, OffloadMode, default)
 
 
 #: errnos of a GSO send the kernel or the route does not take (udp_send_skb: EINVAL,
