@@ -170,6 +170,11 @@ class SoftQp:
     def _release_through(self, wr_id: int) -> None:
         """A send completed: it and everything posted before it are done (RC order)."""
         posted = self._posted
+        if posted and posted[0][0] == wr_id:  # the usual case: the oldest send completed
+            _, copy = posted.popleft()
+            if copy is not None and copy.registered:
+                self._backend.pd.deregister(copy)
+            return
         if not any(w == wr_id for w, _ in posted):
             return
         while posted:
