@@ -55,6 +55,12 @@ ATOMIC_BYTES = 8
 
 
 def _locals(local: LocalArg) -> tuple[LocalSlice, ...]:
+    # the single-buffer cases first: most operations name one region or one slice
+    kind = type(local)
+    if kind is LocalSlice:
+        return (cast(LocalSlice, local),)
+    if kind is Region:
+        return (cast(Region, local).whole(),)
     items: Sequence[LocalSlice | Region] = (
         [local] if isinstance(local, LocalSlice | Region) else local)
     out = []
@@ -282,19 +288,24 @@ class Endpoint:
         try:
             if self._closed:
                 raise ClosedError("the endpoint is closed")
+            context = cast(object, self.context)
+            ids = self._ids
             sends: list[SendRequest] = []
             recvs: list[RecvRequest] = []
-            ids: list[int] = []
+            wr_ids: list[int] = []
+            # every request is checked and built before any is counted or posted
             for op in ops:
-                wr_id = next(self._ids)
-                ids.append(wr_id)
                 r = op.request
-                segments = tuple(s.segment() for s in r.local)
-                for s in r.local:
-                    if s.region.context is not cast(object, self.context) or (
-                            not s.region.registered):
+                local = r.local
+                for s in local:
+                    region = s.region
+                    if region.context is not context or not region.registered:
                         raise IoError("a local buffer is not a registered region of this "
                                       "endpoint's context")
+                segments = tuple([Segment(s.region.backend_region, s.offset, s.length)
+                                  for s in local])
+                wr_id = next(ids)
+                wr_ids.append(wr_id)
                 if r.opcode is None:
                     recvs.append(RecvRequest(wr_id, segments))
                     continue
@@ -303,20 +314,22 @@ class Endpoint:
                     wr_id, r.opcode, segments, remote.addr if remote else 0,
                     remote.remote.rkey if remote else 0, r.imm_data, r.compare_add, r.swap,
                     r.signaled, r.inline, r.dest))
-            for wr_id, op in zip(ids, ops, strict=True):
-                op.regions = tuple({s.region for s in op.request.local})
+            table = self._ops
+            for wr_id, op in zip(wr_ids, ops, strict=True):
+                local = op.request.local
+                op.regions = (local[0].region,) if len(local) == 1 else tuple(
+                    {s.region for s in local})
                 for region in op.regions:
                     region.in_flight += 1
-                self._ops[wr_id] = op
-            for req in sends:
-                self._send_order.append(req.wr_id)
+                table[wr_id] = op
+            self._send_order.extend([req.wr_id for req in sends])
             try:
                 if recvs:
                     self._qp.post_recv(recvs)
                 if sends:
                     self._qp.post_send(sends)
             except Exception:
-                for wr_id in ids:
+                for wr_id in wr_ids:
                     self._forget(wr_id)
                 for req in sends:
                     if req.wr_id in self._send_order:

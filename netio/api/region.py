@@ -87,6 +87,8 @@ class Region:
     base: object = field(repr=False)  # keeps the caller's object alive while registered
     in_flight: int = 0
     registered: bool = True
+    # the whole region as a slice, made once: every operation on a bare region names it
+    _whole: LocalSlice | None = field(default=None, init=False, repr=False)
 
     @property
     def length(self) -> int:
@@ -112,7 +114,10 @@ class Region:
         return LocalSlice(self, offset, length)
 
     def whole(self) -> LocalSlice:
-        return LocalSlice(self, 0, self.length)
+        whole = self._whole
+        if whole is None:
+            whole = self._whole = LocalSlice(self, 0, self.length)
+        return whole
 
     def descriptor(self) -> bytes:
         """The bytes a peer needs to READ/WRITE/atomically access this region."""

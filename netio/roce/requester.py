@@ -66,6 +66,9 @@ class SendWqe:
     wr: SendWr
     length: int
     npkts: int
+    # a READ or an atomic (counted against max_rd_atomic): set once at post, read by
+    # every transmit and acknowledgement pass
+    rd_atomic: bool = False
     first_psn: int = -1  # assigned when the first packet leaves; -1 before
     last_psn: int = -1
     sent_all: bool = False
@@ -73,10 +76,6 @@ class SendWqe:
     @property
     def started(self) -> bool:
         return self.first_psn >= 0
-
-    @property
-    def rd_atomic(self) -> bool:
-        return self.wr.opcode in READ_OR_ATOMIC
 
 
 class Requester:
@@ -104,8 +103,9 @@ class Requester:
 
     def post(self, wr: SendWr) -> None:
         length = wr.length_bytes
-        npkts = 1 if wr.opcode in ATOMICS else packets_for(length, self.qp.attrs.path_mtu_bytes)
-        self.wqes.append(SendWqe(wr, length, npkts))
+        op = wr.opcode
+        npkts = 1 if op in ATOMICS else packets_for(length, self.qp.attrs.path_mtu_bytes)
+        self.wqes.append(SendWqe(wr, length, npkts, op in READ_OR_ATOMIC))
 
     def flush(self) -> None:
         """Complete every outstanding WR with WR_FLUSH_ERR (QP entered ERR)."""
@@ -169,7 +169,7 @@ class Requester:
             wqe = self.wqes[self.cursor]
             if rc and psn_diff(self.psn, self.comp_psn) >= window:
                 break
-            if not wqe.started:
+            if wqe.first_psn < 0:  # not started (the property, inlined in this loop)
                 if qp.state == 4:  # SQD: finish what was started, start nothing new
                     break
                 if wqe.wr.fence and self.rd_atomic_inflight:
