@@ -75,6 +75,11 @@ def _locals(local: LocalArg) -> tuple[LocalSlice, ...]:
     return tuple(out)
 
 
+def _length(slices: tuple[LocalSlice, ...]) -> int:
+    # one slice is the common case: no generator for it
+    return slices[0].length if len(slices) == 1 else sum(s.length for s in slices)
+
+
 def _remote(remote: RemoteArg, length: int | None) -> RemoteSlice:
     if isinstance(remote, RemoteSlice):
         return remote
@@ -120,14 +125,14 @@ class WorkRequest:
               signaled: bool = True, inline: bool = False, wr_id: int = 0) -> WorkRequest:
         slices = _locals(local)
         op = WrOpcode.RDMA_WRITE if imm is None else WrOpcode.RDMA_WRITE_WITH_IMM
-        return cls(op, slices, _remote(remote, sum(s.length for s in slices)), imm,
+        return cls(op, slices, _remote(remote, _length(slices)), imm,
                    signaled=signaled, inline=inline, wr_id=wr_id)
 
     @classmethod
     def read(cls, local: LocalArg, remote: RemoteArg, *, signaled: bool = True,
              wr_id: int = 0) -> WorkRequest:
         slices = _locals(local)
-        return cls(WrOpcode.RDMA_READ, slices, _remote(remote, sum(s.length for s in slices)),
+        return cls(WrOpcode.RDMA_READ, slices, _remote(remote, _length(slices)),
                    signaled=signaled, wr_id=wr_id)
 
     @classmethod
@@ -145,7 +150,7 @@ class WorkRequest:
 
     @property
     def length_bytes(self) -> int:
-        return sum(s.length for s in self.local)
+        return _length(self.local)
 
 
 @dataclass(frozen=True, slots=True)

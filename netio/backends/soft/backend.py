@@ -76,6 +76,11 @@ def gid_ip(gid: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
 
 
 def _sges(segments: tuple[Segment, ...]) -> tuple[Sge, ...]:
+    if len(segments) == 1:  # the common case, without the list
+        one = segments[0]
+        region = one.region
+        if isinstance(region, SoftRegion):
+            return (Sge(region.mr, one.offset, one.length),)
     out = []
     for s in segments:
         region = s.region
