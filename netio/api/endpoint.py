@@ -17,7 +17,7 @@ import itertools
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from netio.api.handles import Pending, Runner
 from netio.api.region import LocalSlice, Region, RemoteRegion, RemoteSlice
@@ -56,11 +56,10 @@ ATOMIC_BYTES = 8
 
 def _locals(local: LocalArg) -> tuple[LocalSlice, ...]:
     # the single-buffer cases first: most operations name one region or one slice
-    kind = type(local)
-    if kind is LocalSlice:
-        return (cast(LocalSlice, local),)
-    if kind is Region:
-        return (cast(Region, local).whole(),)
+    if type(local) is LocalSlice:
+        return (local,)
+    if type(local) is Region:
+        return (local.whole(),)
     items: Sequence[LocalSlice | Region] = (
         [local] if isinstance(local, LocalSlice | Region) else local)
     out = []
@@ -209,6 +208,9 @@ class Endpoint:
     def __init__(self, context: EndpointOwner, qp: BackendQp, path: Path,
                  qp_type: QpType = QpType.RC) -> None:
         self.context = context
+        # the context as the regions' owner, for the identity check on each post (a
+        # typing.cast there was a call per operation)
+        self._owner: object = context
         self._qp_type = qp_type
         self.path = path
         self._qp = qp
@@ -293,7 +295,7 @@ class Endpoint:
         try:
             if self._closed:
                 raise ClosedError("the endpoint is closed")
-            context = cast(object, self.context)
+            context = self._owner
             ids = self._ids
             sends: list[SendRequest] = []
             recvs: list[RecvRequest] = []
@@ -360,7 +362,7 @@ class Endpoint:
                 raise ClosedError("the endpoint is closed")
             r = op.request
             local = r.local
-            context = cast(object, self.context)
+            context = self._owner
             for s in local:
                 region = s.region
                 if region.context is not context or not region.registered:
