@@ -235,7 +235,7 @@ class Endpoint:
     def recv(self, local: LocalArg) -> Pending[Completion]:
         """Post a receive; completes with the SEND (or WRITE with immediate) that used it:
         ``byte_len`` and ``imm_data`` are in the completion."""
-        return self._one(WorkRequest.recv(local))
+        return self._one(WorkRequest(None, _locals(local)))  # WorkRequest.recv, inlined
 
     def write(self, local: LocalArg, remote: RemoteArg, *, imm: int | None = None,
               signaled: bool = True, inline: bool = False) -> Pending[Completion]:

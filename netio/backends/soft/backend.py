@@ -39,6 +39,8 @@ from netio.roce.verbs import RecvWr, SendWr, UdAddress
 #: The soft engine segments at any IB MTU; it offers the largest and lets the
 #: exchange agree on the smaller of the two sides.
 SOFT_MAX_MTU_BYTES = 4096
+# the first receive opcode, as a plain int: compared for every completion polled
+_WC_RECV = int(WcOpcode.RECV)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -197,7 +199,7 @@ class SoftQp:
     def poll(self, max_entries: int) -> list[Completion]:
         out = self._cq.poll(max_entries)
         for c in out:
-            if c.opcode < WcOpcode.RECV:
+            if c.opcode < _WC_RECV:
                 self._release_through(c.wr_id)
         return out
 
