@@ -276,13 +276,12 @@ class Endpoint:
         runner = self.context.runner
         future: asyncio.Future[list[Completion]] = runner.future()
         batch = _Batch(future, [None] * len(requests), len(requests))
-        last_send = max((i for i, r in enumerate(requests) if r.opcode is not None),
-                        default=-1)
-        ops = []
-        for i, r in enumerate(requests):
-            if i == last_send and not r.signaled:
-                r = dataclasses.replace(r, signaled=True)
-            ops.append(_Op(r, None, batch, i))
+        ops = [_Op(r, None, batch, i) for i, r in enumerate(requests)]
+        for op in reversed(ops):  # the last send: found from the end, usually at once
+            if op.request.opcode is not None:
+                if not op.request.signaled:
+                    op.request = dataclasses.replace(op.request, signaled=True)
+                break
         if not ops:
             future.set_result([])
         else:
