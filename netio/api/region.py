@@ -110,7 +110,8 @@ class Region:
         return self.length
 
     def __getitem__(self, key: slice | int) -> LocalSlice:
-        offset, length = _slice(self.length, key, "region")
+        # (the backend's length directly: the property is one more call per operation)
+        offset, length = _slice(self.backend_region.length, key, "region")
         return LocalSlice(self, offset, length)
 
     def whole(self) -> LocalSlice:
