@@ -17,7 +17,7 @@ import itertools
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from netio.api.handles import Pending, Runner
 from netio.api.region import LocalSlice, Region, RemoteRegion, RemoteSlice
@@ -28,6 +28,7 @@ from netio.backends.base import (
     QpAddress,
     QpOptions,
     RecvRequest,
+    Segment,
     SendRequest,
     Transport,
     UdDest,
@@ -54,6 +55,11 @@ ATOMIC_BYTES = 8
 
 
 def _locals(local: LocalArg) -> tuple[LocalSlice, ...]:
+    # the single-buffer cases first: most operations name one region or one slice
+    if type(local) is LocalSlice:
+        return (local,)
+    if type(local) is Region:
+        return (local.whole(),)
     items: Sequence[LocalSlice | Region] = (
         [local] if isinstance(local, LocalSlice | Region) else local)
     out = []
@@ -66,6 +72,11 @@ def _locals(local: LocalArg) -> tuple[LocalSlice, ...]:
             raise IoError(f"local buffer must be a registered Region or region[a:b], got "
                           f"{type(item).__name__} (register it with ctx.register first)")
     return tuple(out)
+
+
+def _length(slices: tuple[LocalSlice, ...]) -> int:
+    # one slice is the common case: no generator for it
+    return slices[0].length if len(slices) == 1 else sum(s.length for s in slices)
 
 
 def _remote(remote: RemoteArg, length: int | None) -> RemoteSlice:
@@ -113,14 +124,14 @@ class WorkRequest:
               signaled: bool = True, inline: bool = False, wr_id: int = 0) -> WorkRequest:
         slices = _locals(local)
         op = WrOpcode.RDMA_WRITE if imm is None else WrOpcode.RDMA_WRITE_WITH_IMM
-        return cls(op, slices, _remote(remote, sum(s.length for s in slices)), imm,
+        return cls(op, slices, _remote(remote, _length(slices)), imm,
                    signaled=signaled, inline=inline, wr_id=wr_id)
 
     @classmethod
     def read(cls, local: LocalArg, remote: RemoteArg, *, signaled: bool = True,
              wr_id: int = 0) -> WorkRequest:
         slices = _locals(local)
-        return cls(WrOpcode.RDMA_READ, slices, _remote(remote, sum(s.length for s in slices)),
+        return cls(WrOpcode.RDMA_READ, slices, _remote(remote, _length(slices)),
                    signaled=signaled, wr_id=wr_id)
 
     @classmethod
@@ -138,7 +149,7 @@ class WorkRequest:
 
     @property
     def length_bytes(self) -> int:
-        return sum(s.length for s in self.local)
+        return _length(self.local)
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +208,9 @@ class Endpoint:
     def __init__(self, context: EndpointOwner, qp: BackendQp, path: Path,
                  qp_type: QpType = QpType.RC) -> None:
         self.context = context
+        # the context as the regions' owner, for the identity check on each post (a
+        # typing.cast there was a call per operation)
+        self._owner: object = context
         self._qp_type = qp_type
         self.path = path
         self._qp = qp
@@ -221,7 +235,7 @@ class Endpoint:
     def recv(self, local: LocalArg) -> Pending[Completion]:
         """Post a receive; completes with the SEND (or WRITE with immediate) that used it:
         ``byte_len`` and ``imm_data`` are in the completion."""
-        return self._one(WorkRequest.recv(local))
+        return self._one(WorkRequest(None, _locals(local)))  # WorkRequest.recv, inlined
 
     def write(self, local: LocalArg, remote: RemoteArg, *, imm: int | None = None,
               signaled: bool = True, inline: bool = False) -> Pending[Completion]:
@@ -249,7 +263,7 @@ class Endpoint:
         runner = self.context.runner
         future = runner.future()
         op = _Op(request, future)
-        runner.call(lambda: self._post_ops([op]))
+        runner.call(lambda: self._post_one(op))
         return Pending(runner, future)
 
     # -- the batch interface -----------------------------------------------------------
@@ -262,13 +276,12 @@ class Endpoint:
         runner = self.context.runner
         future: asyncio.Future[list[Completion]] = runner.future()
         batch = _Batch(future, [None] * len(requests), len(requests))
-        last_send = max((i for i, r in enumerate(requests) if r.opcode is not None),
-                        default=-1)
-        ops = []
-        for i, r in enumerate(requests):
-            if i == last_send and not r.signaled:
-                r = dataclasses.replace(r, signaled=True)
-            ops.append(_Op(r, None, batch, i))
+        ops = [_Op(r, None, batch, i) for i, r in enumerate(requests)]
+        for op in reversed(ops):  # the last send: found from the end, usually at once
+            if op.request.opcode is not None:
+                if not op.request.signaled:
+                    op.request = dataclasses.replace(op.request, signaled=True)
+                break
         if not ops:
             future.set_result([])
         else:
@@ -281,19 +294,24 @@ class Endpoint:
         try:
             if self._closed:
                 raise ClosedError("the endpoint is closed")
+            context = self._owner
+            ids = self._ids
             sends: list[SendRequest] = []
             recvs: list[RecvRequest] = []
-            ids: list[int] = []
+            wr_ids: list[int] = []
+            # every request is checked and built before any is counted or posted
             for op in ops:
-                wr_id = next(self._ids)
-                ids.append(wr_id)
                 r = op.request
-                segments = tuple(s.segment() for s in r.local)
-                for s in r.local:
-                    if s.region.context is not cast(object, self.context) or (
-                            not s.region.registered):
+                local = r.local
+                for s in local:
+                    region = s.region
+                    if region.context is not context or not region.registered:
                         raise IoError("a local buffer is not a registered region of this "
                                       "endpoint's context")
+                segments = tuple([Segment(s.region.backend_region, s.offset, s.length)
+                                  for s in local])
+                wr_id = next(ids)
+                wr_ids.append(wr_id)
                 if r.opcode is None:
                     recvs.append(RecvRequest(wr_id, segments))
                     continue
@@ -302,20 +320,22 @@ class Endpoint:
                     wr_id, r.opcode, segments, remote.addr if remote else 0,
                     remote.remote.rkey if remote else 0, r.imm_data, r.compare_add, r.swap,
                     r.signaled, r.inline, r.dest))
-            for wr_id, op in zip(ids, ops, strict=True):
-                op.regions = tuple({s.region for s in op.request.local})
+            table = self._ops
+            for wr_id, op in zip(wr_ids, ops, strict=True):
+                local = op.request.local
+                op.regions = (local[0].region,) if len(local) == 1 else tuple(
+                    {s.region for s in local})
                 for region in op.regions:
                     region.in_flight += 1
-                self._ops[wr_id] = op
-            for req in sends:
-                self._send_order.append(req.wr_id)
+                table[wr_id] = op
+            self._send_order.extend([req.wr_id for req in sends])
             try:
                 if recvs:
                     self._qp.post_recv(recvs)
                 if sends:
                     self._qp.post_send(sends)
             except Exception:
-                for wr_id in ids:
+                for wr_id in wr_ids:
                     self._forget(wr_id)
                 for req in sends:
                     if req.wr_id in self._send_order:
@@ -329,6 +349,55 @@ class Endpoint:
                     target.set_exception(exc)
                     if isinstance(exc, ClosedError):
                         target.exception()  # refused after close (shutdown): not news
+            return
+        self.progress()
+
+    def _post_one(self, op: _Op) -> None:
+        """:meth:`_post_ops` for one operation (the single-operation methods): the same
+        checks, errors and order of effects without the batch's lists, zips and sets,
+        which cost more than the post itself for one request."""
+        try:
+            if self._closed:
+                raise ClosedError("the endpoint is closed")
+            r = op.request
+            local = r.local
+            context = self._owner
+            for s in local:
+                region = s.region
+                if region.context is not context or not region.registered:
+                    raise IoError("a local buffer is not a registered region of this "
+                                  "endpoint's context")
+            segments = tuple([Segment(s.region.backend_region, s.offset, s.length)
+                              for s in local])
+            wr_id = next(self._ids)
+            op.regions = (local[0].region,) if len(local) == 1 else tuple(
+                {s.region for s in local})
+            for region in op.regions:
+                region.in_flight += 1
+            self._ops[wr_id] = op
+            opcode = r.opcode
+            try:
+                if opcode is None:
+                    self._qp.post_recv((RecvRequest(wr_id, segments),))
+                else:
+                    remote = r.remote
+                    request = SendRequest(
+                        wr_id, opcode, segments, remote.addr if remote else 0,
+                        remote.remote.rkey if remote else 0, r.imm_data, r.compare_add,
+                        r.swap, r.signaled, r.inline, r.dest)
+                    self._send_order.append(wr_id)
+                    self._qp.post_send((request,))
+            except Exception:
+                self._forget(wr_id)
+                if opcode is not None and wr_id in self._send_order:
+                    self._send_order.remove(wr_id)
+                raise
+        except Exception as exc:
+            future = op.future
+            if future is not None and not future.done():
+                future.set_exception(exc)
+                if isinstance(exc, ClosedError):
+                    future.exception()  # refused after close (shutdown): not news
             return
         self.progress()
 
@@ -367,7 +436,10 @@ class Endpoint:
                 order.popleft()
         self._forget(c.wr_id)
         self.completed += 1
-        self._finish(op, dataclasses.replace(c, wr_id=op.request.wr_id))
+        # The caller's wr_id in place of ours: built directly, dataclasses.replace
+        # (fields(), a dict, keyword calls) was a tenth of the endpoint's cost per op.
+        self._finish(op, Completion(op.request.wr_id, c.status, c.opcode, c.qp_num,
+                                    c.byte_len, c.imm_data, c.src_qp, c.wc_flags))
 
     def _finish(self, op: _Op, c: Completion) -> None:
         if op.batch is not None:

@@ -87,6 +87,8 @@ class Region:
     base: object = field(repr=False)  # keeps the caller's object alive while registered
     in_flight: int = 0
     registered: bool = True
+    # the whole region as a slice, made once: every operation on a bare region names it
+    _whole: LocalSlice | None = field(default=None, init=False, repr=False)
 
     @property
     def length(self) -> int:
@@ -108,11 +110,15 @@ class Region:
         return self.length
 
     def __getitem__(self, key: slice | int) -> LocalSlice:
-        offset, length = _slice(self.length, key, "region")
+        # (the backend's length directly: the property is one more call per operation)
+        offset, length = _slice(self.backend_region.length, key, "region")
         return LocalSlice(self, offset, length)
 
     def whole(self) -> LocalSlice:
-        return LocalSlice(self, 0, self.length)
+        whole = self._whole
+        if whole is None:
+            whole = self._whole = LocalSlice(self, 0, self.length)
+        return whole
 
     def descriptor(self) -> bytes:
         """The bytes a peer needs to READ/WRITE/atomically access this region."""

@@ -78,7 +78,7 @@ class Completer:
         progressed = False
         while req.wqes:
             wqe = req.wqes[0]
-            if not wqe.started:
+            if wqe.first_psn < 0:  # not started (the property, inlined in this loop)
                 break
             if wqe.rd_atomic:
                 if psn_diff(psn, wqe.first_psn) >= 0:

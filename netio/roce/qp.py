@@ -32,6 +32,7 @@ from netio.roce.queues import CompletionQueue, SharedReceiveQueue, check_recv_wr
 from netio.roce.requester import Requester
 from netio.roce.responder import Responder
 from netio.roce.verbs import (
+    READ_OR_ATOMIC,
     SEND_WC_OPCODE,
     Completion,
     RecvWr,
@@ -186,9 +187,7 @@ class QueuePair:
         for sge in wr.sg_list:
             if sge.mr.pd is not self.pd or not sge.mr.registered:
                 raise RoceError(f"SGE lkey {sge.mr.lkey:#x} is not registered in the QP's PD")
-            if (op is WrOpcode.RDMA_READ or op in (
-                WrOpcode.ATOMIC_CMP_AND_SWP, WrOpcode.ATOMIC_FETCH_AND_ADD
-            )) and not sge.mr.access & Access.LOCAL_WRITE:
+            if op in READ_OR_ATOMIC and not sge.mr.access & Access.LOCAL_WRITE:
                 raise RoceError(f"{op.name} target lkey {sge.mr.lkey:#x} lacks LOCAL_WRITE")
 
 

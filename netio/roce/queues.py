@@ -30,8 +30,10 @@ class CompletionQueue:
 
     def poll(self, max_entries: int = 16) -> list[Completion]:
         """Remove and return up to ``max_entries`` completions, oldest first."""
-        out: list[Completion] = []
         entries = self._entries
+        if not entries:  # polled after every post and every progress pass: usually empty
+            return []
+        out: list[Completion] = []
         while entries and len(out) < max_entries:
             out.append(entries.popleft())
         return out

@@ -66,6 +66,9 @@ class SendWqe:
     wr: SendWr
     length: int
     npkts: int
+    # a READ or an atomic (counted against max_rd_atomic): set once at post, read by
+    # every transmit and acknowledgement pass
+    rd_atomic: bool = False
     first_psn: int = -1  # assigned when the first packet leaves; -1 before
     last_psn: int = -1
     sent_all: bool = False
@@ -73,10 +76,6 @@ class SendWqe:
     @property
     def started(self) -> bool:
         return self.first_psn >= 0
-
-    @property
-    def rd_atomic(self) -> bool:
-        return self.wr.opcode in READ_OR_ATOMIC
 
 
 class Requester:
@@ -104,8 +103,11 @@ class Requester:
 
     def post(self, wr: SendWr) -> None:
         length = wr.length_bytes
-        npkts = 1 if wr.opcode in ATOMICS else packets_for(length, self.qp.attrs.path_mtu_bytes)
-        self.wqes.append(SendWqe(wr, length, npkts))
+        op = wr.opcode
+        mtu = self.qp.attrs.path_mtu_bytes
+        # packets_for, inlined for the one-packet message (most of a message rate)
+        npkts = 1 if length <= mtu or op in ATOMICS else packets_for(length, mtu)
+        self.wqes.append(SendWqe(wr, length, npkts, op in READ_OR_ATOMIC))
 
     def flush(self) -> None:
         """Complete every outstanding WR with WR_FLUSH_ERR (QP entered ERR)."""
@@ -169,7 +171,7 @@ class Requester:
             wqe = self.wqes[self.cursor]
             if rc and psn_diff(self.psn, self.comp_psn) >= window:
                 break
-            if not wqe.started:
+            if wqe.first_psn < 0:  # not started (the property, inlined in this loop)
                 if qp.state == 4:  # SQD: finish what was started, start nothing new
                     break
                 if wqe.wr.fence and self.rd_atomic_inflight:
@@ -181,10 +183,17 @@ class Requester:
                 wqe.first_psn = self.psn
                 wqe.last_psn = psn_add(self.psn, wqe.npkts - 1)
             if qp_type != 4 and wqe.wr.opcode in _RUN_OPCODES:  # not UD
+                # the smallest of what is left, the budget, a run and the window (by
+                # comparisons: min() was a call per message at a 64 B message rate)
                 count = wqe.npkts - self.cursor_pkt
-                count = min(count, budget - sent, MAX_RUN_PACKETS)
+                if budget - sent < count:
+                    count = budget - sent
+                if count > MAX_RUN_PACKETS:
+                    count = MAX_RUN_PACKETS
                 if rc:
-                    count = min(count, window - psn_diff(self.psn, self.comp_psn))
+                    room = window - psn_diff(self.psn, self.comp_psn)
+                    if room < count:
+                        count = room
                 noack = qp.engine.transmit_run(qp, wqe.wr, wqe.length, wqe.npkts,
                                                self.cursor_pkt, self.psn, count,
                                                self.noack_pkts)

@@ -8,7 +8,7 @@ report identical numbers.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from netio.api.types import Completion, WcFlags, WcOpcode, WcStatus, WrOpcode
 from netio.errors import RoceError
@@ -18,6 +18,7 @@ IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 MAX_MESSAGE_BYTES = 1 << 31  # IBTA §9.4: a message is at most 2**31 bytes
 ATOMIC_OPERAND_BYTES = 8
+_U64_END = 1 << 64
 
 
 SEND_WC_OPCODE: dict[WrOpcode, WcOpcode] = {
@@ -66,28 +67,35 @@ class SendWr:
     solicited: bool = False
     fence: bool = False
     ud: UdAddress | None = None
+    #: Total length of the scatter/gather list, summed once here: the QP, the requester
+    #: and the completion each read it, and a sum per read cost more than the post.
+    length_bytes: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        op = WrOpcode(self.opcode)
-        with_imm = op in (WrOpcode.SEND_WITH_IMM, WrOpcode.RDMA_WRITE_WITH_IMM)
-        if with_imm != (self.imm_data is not None):
+        op = self.opcode
+        if type(op) is not WrOpcode:
+            op = WrOpcode(op)
+        imm = self.imm_data
+        with_imm = op is WrOpcode.SEND_WITH_IMM or op is WrOpcode.RDMA_WRITE_WITH_IMM
+        if with_imm != (imm is not None):
             raise RoceError(f"{op.name}: imm_data must be given exactly for *_WITH_IMM")
-        if self.imm_data is not None and not 0 <= self.imm_data <= 0xFFFFFFFF:
+        if imm is not None and not 0 <= imm <= 0xFFFFFFFF:
             raise RoceError("imm_data does not fit 32 bits")
-        for name in ("compare_add", "swap", "remote_addr"):
-            if not 0 <= getattr(self, name) < 1 << 64:
-                raise RoceError(f"{name} does not fit 64 bits")
+        if not 0 <= self.compare_add < _U64_END:
+            raise RoceError("compare_add does not fit 64 bits")
+        if not 0 <= self.swap < _U64_END:
+            raise RoceError("swap does not fit 64 bits")
+        if not 0 <= self.remote_addr < _U64_END:
+            raise RoceError("remote_addr does not fit 64 bits")
         if not 0 <= self.rkey <= 0xFFFFFFFF:
             raise RoceError("rkey does not fit 32 bits")
-        if op in ATOMICS and sum(s.length for s in self.sg_list) != ATOMIC_OPERAND_BYTES:
+        sg = self.sg_list
+        length = sg[0].length if len(sg) == 1 else sum(s.length for s in sg)
+        object.__setattr__(self, "length_bytes", length)
+        if op in ATOMICS and length != ATOMIC_OPERAND_BYTES:
             raise RoceError(f"{op.name}: the local buffer must be exactly 8 bytes")
-        if self.length_bytes > MAX_MESSAGE_BYTES:
-            raise RoceError(f"message of {self.length_bytes} bytes exceeds 2**31")
-
-    @property
-    def length_bytes(self) -> int:
-        """Total length of the scatter/gather list."""
-        return sum(s.length for s in self.sg_list)
+        if length > MAX_MESSAGE_BYTES:
+            raise RoceError(f"message of {length} bytes exceeds 2**31")
 
 
 @dataclass(frozen=True, slots=True)

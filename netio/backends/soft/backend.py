@@ -39,6 +39,8 @@ from netio.roce.verbs import RecvWr, SendWr, UdAddress
 #: The soft engine segments at any IB MTU; it offers the largest and lets the
 #: exchange agree on the smaller of the two sides.
 SOFT_MAX_MTU_BYTES = 4096
+# the first receive opcode, as a plain int: compared for every completion polled
+_WC_RECV = int(WcOpcode.RECV)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -76,6 +78,11 @@ def gid_ip(gid: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
 
 
 def _sges(segments: tuple[Segment, ...]) -> tuple[Sge, ...]:
+    if len(segments) == 1:  # the common case, without the list
+        one = segments[0]
+        region = one.region
+        if isinstance(region, SoftRegion):
+            return (Sge(region.mr, one.offset, one.length),)
     out = []
     for s in segments:
         region = s.region
@@ -170,6 +177,11 @@ class SoftQp:
     def _release_through(self, wr_id: int) -> None:
         """A send completed: it and everything posted before it are done (RC order)."""
         posted = self._posted
+        if posted and posted[0][0] == wr_id:  # the usual case: the oldest send completed
+            _, copy = posted.popleft()
+            if copy is not None and copy.registered:
+                self._backend.pd.deregister(copy)
+            return
         if not any(w == wr_id for w, _ in posted):
             return
         while posted:
@@ -187,7 +199,7 @@ class SoftQp:
     def poll(self, max_entries: int) -> list[Completion]:
         out = self._cq.poll(max_entries)
         for c in out:
-            if c.opcode < WcOpcode.RECV:
+            if c.opcode < _WC_RECV:
                 self._release_through(c.wr_id)
         return out
 
