@@ -67,6 +67,7 @@ async def connect(host: str, port: int, *, timeout_s: float, step: str,
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     told = False
+    refused: OSError | None = None  # the last attempt's error, if one failed
     while True:
         try:
             # One attempt may itself hang (a SYN nobody answers): it gets what is left.
@@ -74,9 +75,13 @@ async def connect(host: str, port: int, *, timeout_s: float, step: str,
                 host, port, local_addr=(local_host, 0) if local_host else None),
                 max(deadline - loop.time(), 0.001))
         except TimeoutError:
+            # An attempt cut short by the end of the budget after refusals says why the
+            # earlier ones failed, not that this sliver of time went unanswered.
+            why = _why(refused) if refused is not None else "the connection was not answered"
             raise ExchangeError(step, f"no server at {host}:{port} after {timeout_s:g} s: "
-                                      "the connection was not answered") from None
+                                      f"{why}") from None
         except OSError as exc:
+            refused = exc
             if loop.time() >= deadline:
                 raise ExchangeError(step, f"no server at {host}:{port} after {timeout_s:g} s: "
                                           f"{_why(exc)}") from exc

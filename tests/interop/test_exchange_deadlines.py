@@ -273,3 +273,41 @@ def test_commands_name_the_step_a_silent_peer_stalled(capsys: pytest.CaptureFixt
     assert capsys.readouterr().err == (
         "netio perftest: perftest version: nothing received for 1 s (--timeout): the peer "
         "connected but did not send its 16-byte message\n")
+
+
+def test_connect_cut_by_the_deadline_after_refusals_says_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refused, refused, then the last attempt gets only the sliver of budget left and
+    times out: the reason given is the refusal (what the person can act on), not that
+    a connection went unanswered. The timed-out attempt is forced, so this does not
+    depend on the machine's speed."""
+    from netio.interop import oob
+
+    attempts = []
+
+    async def fake_open_connection(*args: object, **kwargs: object) -> object:
+        attempts.append(args)
+        if len(attempts) < 3:
+            raise ConnectionRefusedError(111, "Connection refused")
+        await asyncio.sleep(3600)  # the budget ends during this one
+        raise AssertionError("not reached")
+
+    monkeypatch.setattr(oob.asyncio, "open_connection", fake_open_connection)
+    monkeypatch.setattr(oob, "RETRY_INTERVAL_S", 0.01)
+    with pytest.raises(ExchangeError) as info:
+        asyncio.run(oob.connect("127.0.0.1", 1, timeout_s=0.2, step="pingpong connect"))
+    assert len(attempts) >= 3
+    assert str(info.value).endswith("no server at 127.0.0.1:1 after 0.2 s: Connection refused")
+
+
+def test_connect_never_answered_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    from netio.interop import oob
+
+    async def silent(*args: object, **kwargs: object) -> object:
+        await asyncio.sleep(3600)
+        raise AssertionError("not reached")
+
+    monkeypatch.setattr(oob.asyncio, "open_connection", silent)
+    with pytest.raises(ExchangeError) as info:
+        asyncio.run(oob.connect("127.0.0.1", 1, timeout_s=0.1, step="pingpong connect"))
+    assert str(info.value).endswith("after 0.1 s: the connection was not answered")
