@@ -12,11 +12,14 @@ Every netio figure uses the public API (``netio.open("soft", local_addr=...)``,
   ``recvmmsg`` pair in C (netio._native's udpbench: no headers, no ICRC, 4 KiB
   datagrams); the references count what the receiver got, per second between its first
   and last datagram;
-* latency: 64 B SEND ping-pong, half the round trip (sockperf's convention), in
-  synchronous code with ``progress="poll"`` (the waiting thread drives the engine), in
-  synchronous code with the private loop thread, and with asyncio, against ``sockperf
-  ping-pong`` UDP 64 B and against a plain Python asyncio UDP ping-pong (the floor of any
-  asyncio design), with the client's CPU time per round trip;
+* latency: 64 B SEND ping-pong, half the round trip (sockperf's convention): ``netio
+  bench send_lat`` (the whole loop in one call into C per side, on the engine's QP, as
+  sockperf and ib_send_lat run theirs) in the receive mode asked for and with UDP
+  receive, against ``sockperf ping-pong`` UDP 64 B in its default mode (epoll) and with
+  ``--nonblocked`` (busy-polling, like netio's loop), medians and averages; then through
+  the IO API (one ``op.wait`` per message) in synchronous code with ``progress="poll"``,
+  with the private loop thread, and with asyncio, and a plain Python asyncio UDP
+  ping-pong (the floor of any asyncio design), with the client's CPU time per round trip;
 * message rate: 64 B WRITE and SEND posted with ``ep.post`` in batches (polled and
   asyncio) against the C pair with 64 B datagrams;
 * UDP GSO/GRO: the 1 MiB WRITE with the soft driver's ``gso`` and ``gro`` off and on
@@ -563,24 +566,53 @@ def asyncio_udp_latency(count: int) -> dict[str, float]:
             server.kill()
 
 
-def sockperf_latency(seconds: float) -> float | None:
-    """sockperf ping-pong UDP 64 B: its average latency (half the round trip), in us."""
+def sockperf_latency(seconds: float, *, busy: bool = False) -> dict[str, float] | None:
+    """sockperf ping-pong UDP 64 B, half the round trip in us: its average and median.
+    ``busy``: both ends with ``--nonblocked`` (they spin on non-blocking sockets, as
+    netio's one-call ping-pong does); else sockperf's default (epoll, sleeping)."""
     if shutil.which("sockperf") is None:
         return None
     server_ip, _ = _addresses()
     port = str(random.randrange(20000, 60000))
-    srv = subprocess.Popen(["sockperf", "server", "-i", server_ip, "-p", port],
+    mode = ["--nonblocked"] if busy else []
+    srv = subprocess.Popen(["sockperf", "server", "-i", server_ip, "-p", port, *mode],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.3)
         out = subprocess.run(["sockperf", "ping-pong", "-i", server_ip, "-p", port, "-m", "64",
-                              "-t", str(int(max(1, seconds)))], capture_output=True, text=True,
-                             timeout=seconds + 30)
-        m = re.search(r"avg-lat(?:ency)?=\s*([0-9.]+)", out.stdout + out.stderr)
-        return float(m.group(1)) if m else None
+                              "-t", str(int(max(1, seconds))), *mode], capture_output=True,
+                             text=True, timeout=seconds + 30)
+        text = out.stdout + out.stderr
+        avg = re.search(r"avg-lat(?:ency)?=\s*([0-9.]+)", text)
+        p50 = re.search(r"percentile 50\.000 =\s*([0-9.]+)", text)
+        if avg is None or p50 is None:
+            return None
+        return {"one_way_us": float(p50.group(1)), "avg_us": float(avg.group(1))}
     finally:
         srv.kill()
         srv.wait()
+
+
+def netio_bench_latency(count: int, rx_mode: str) -> dict[str, float]:
+    """``netio bench send_lat -s 64`` on the soft backend, two processes: the one-call
+    ping-pong in C (netio/backends/soft/pingpong.py); half round trips in us, median
+    (t_typical) and average, and the client's CPU per round trip."""
+    server_ip, client_ip = _addresses()
+    port = str(random.randrange(20000, 60000))
+    cli = [sys.executable, "-m", "netio.cli.main", "bench", "--backend", "soft",
+           "--rx-mode", rx_mode]
+    srv = subprocess.Popen([*cli, "--listen", f"{server_ip}:{port}"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        out = subprocess.run([*cli, "--local-addr", client_ip, "--json", "send_lat",
+                              f"{server_ip}:{port}", "-s", "64", "-n", str(count)],
+                             capture_output=True, text=True, timeout=120, check=True)
+        result = json.loads(out.stdout)["results"][0]
+    finally:
+        srv.wait(30)
+    avg_us = float(result["t_avg_s"]) * 1e6
+    return {"one_way_us": float(result["t_typical_s"]) * 1e6, "avg_us": avg_us,
+            "client_cpu_us": 2 * avg_us * float(result["cpu_client_fraction"])}
 
 
 # -- the report ----------------------------------------------------------------------------
@@ -708,30 +740,51 @@ def main(argv: list[str] | None = None) -> int:
         n = int(4000 * q)
         lat_job = {**base, "kind": "latency", "size": 64, "count": n, "pure": False}
         lat = _rounds(runs, {
+            "bench": lambda: netio_bench_latency(5 * n, args.rx_mode),
+            "bench_udp": lambda: netio_bench_latency(5 * n, "udp"),
             "poll": lambda: netio_run({**lat_job, "progress": "poll"}),
             "thread": lambda: netio_run({**lat_job, "progress": "loop"}),
             "native": lambda: netio_run(lat_job),
             "pure": lambda: netio_run({**lat_job, "pure": True}),
-            "sockperf": lambda: {"one_way_us": sockperf_latency(3 * q + 1) or float("nan")},
+            "sockperf": lambda: sockperf_latency(3 * q + 1) or {"one_way_us": float("nan"),
+                                                                 "avg_us": float("nan")},
+            "sockperf_busy": lambda: sockperf_latency(3 * q + 1, busy=True) or {
+                "one_way_us": float("nan"), "avg_us": float("nan")},
             "asyncio": lambda: asyncio_udp_latency(n),
         }, "one_way_us")
-        cpu = {name: [float(r["client_cpu_us"]) for r in rs] for name, rs in _LAST.items()
-               if name != "sockperf"}
-        print("\n64 B SEND latency, half round trip [us] (netio: median; sockperf: its avg); "
-              "client CPU per round trip [us]")
-        print(f"  netio poll (sync wait) {_med(lat['poll']):9.1f}   CPU "
-              f"{_med(cpu['poll']):7.1f}   netio poll/sockperf "
-              f"{_ratio(lat['poll'], lat['sockperf'])}")
-        print(f"  netio loop thread sync {_med(lat['thread']):9.1f}   CPU "
-              f"{_med(cpu['thread']):7.1f}   poll/thread {_ratio(lat['poll'], lat['thread'])}")
-        print(f"  netio asyncio native   {_med(lat['native']):9.1f}   CPU "
-              f"{_med(cpu['native']):7.1f}   poll/asyncio {_ratio(lat['poll'], lat['native'])}"
-              f"   asyncio/sockperf {_ratio(lat['native'], lat['sockperf'])}")
-        print(f"  netio asyncio pure     {_med(lat['pure']):9.1f}   CPU {_med(cpu['pure']):7.1f}"
-              f"   native/pure {_ratio(lat['native'], lat['pure'])}")
-        print(f"  sockperf ping-pong UDP {_med(lat['sockperf']):9.1f}")
-        print(f"  asyncio UDP ping-pong  {_med(lat['asyncio']):9.1f}   CPU "
-              f"{_med(cpu['asyncio']):7.1f}   netio poll/asyncio UDP "
+        last = dict(_LAST)
+        cpu = {name: [float(r["client_cpu_us"]) for r in rs] for name, rs in last.items()
+               if "client_cpu_us" in rs[0]}
+        avg = {name: [float(r["avg_us"]) for r in rs] for name, rs in last.items()
+               if "avg_us" in rs[0]}
+        print("\n64 B SEND latency, half round trip [us], median (average); client CPU per "
+              "round trip [us]")
+        print(f"  netio bench send_lat   {_med(lat['bench']):6.2f} ({_med(avg['bench']):6.2f})  "
+              f"CPU {_med(cpu['bench']):6.1f}   one call into C per side "
+              f"(receive mode {args.rx_mode})")
+        print(f"     /sockperf           median {_ratio(lat['bench'], lat['sockperf'])}, "
+              f"average {_ratio(avg['bench'], avg['sockperf'])}")
+        print(f"     /sockperf busy-poll median {_ratio(lat['bench'], lat['sockperf_busy'])}, "
+              f"average {_ratio(avg['bench'], avg['sockperf_busy'])}")
+        print(f"  same, UDP receive      {_med(lat['bench_udp']):6.2f} "
+              f"({_med(avg['bench_udp']):6.2f})  CPU {_med(cpu['bench_udp']):6.1f}   "
+              f"/sockperf busy-poll median {_ratio(lat['bench_udp'], lat['sockperf_busy'])}, "
+              f"average {_ratio(avg['bench_udp'], avg['sockperf_busy'])}")
+        print(f"  sockperf ping-pong UDP {_med(lat['sockperf']):6.2f} "
+              f"({_med(avg['sockperf']):6.2f})   default: epoll, sleeps between messages")
+        print(f"  sockperf --nonblocked  {_med(lat['sockperf_busy']):6.2f} "
+              f"({_med(avg['sockperf_busy']):6.2f})   busy-polls, as the one-call ping-pong")
+        print("  through the IO API (one op.wait per message):")
+        print(f"  netio poll (sync wait) {_med(lat['poll']):6.1f}           CPU "
+              f"{_med(cpu['poll']):6.1f}   poll/sockperf {_ratio(lat['poll'], lat['sockperf'])}")
+        print(f"  netio loop thread sync {_med(lat['thread']):6.1f}           CPU "
+              f"{_med(cpu['thread']):6.1f}   poll/thread {_ratio(lat['poll'], lat['thread'])}")
+        print(f"  netio asyncio native   {_med(lat['native']):6.1f}           CPU "
+              f"{_med(cpu['native']):6.1f}   poll/asyncio {_ratio(lat['poll'], lat['native'])}")
+        print(f"  netio asyncio pure     {_med(lat['pure']):6.1f}           CPU "
+              f"{_med(cpu['pure']):6.1f}   native/pure {_ratio(lat['native'], lat['pure'])}")
+        print(f"  asyncio UDP ping-pong  {_med(lat['asyncio']):6.1f}           CPU "
+              f"{_med(cpu['asyncio']):6.1f}   netio poll/asyncio UDP "
               f"{_ratio(lat['poll'], lat['asyncio'])}  (the floor of a Python event loop)")
 
     if args.only in (None, "rate"):

@@ -373,6 +373,76 @@ typedef struct {
 int64_t netio_rx_fast_run(netio_rx_ring *r, uint32_t start, uint32_t local_ip, int verify_icrc,
                           netio_rx_fast *ctx, uint32_t nctx, int coalesce, netio_rx_wc *wc,
                           uint32_t max_wc, uint32_t *nwc, uint32_t *ack_ctx);
+/* A ping-pong of RC SEND ONLY messages on one soft-engine QP in one call
+ * (native/softpingpong.c; Python side netio/backends/soft/pingpong.py). The
+ * caller lends the QP's sequence state (all its sent PSNs acknowledged, no
+ * message in progress) and takes it back after; see softpingpong.c. */
+enum netio_pp_status {
+    NETIO_PP_OK = 0,
+    NETIO_PP_RETRY_EXCEEDED = 1, /* retry_cnt local ACK timeouts in a row */
+    NETIO_PP_IDLE = 2,           /* nothing from the peer for idle_timeout_ns */
+    NETIO_PP_NAK = 3,            /* the peer NAKed (nak_aeth) */
+    NETIO_PP_SOCKET = 4,         /* a socket call failed (err = -errno) */
+    NETIO_PP_TOO_LONG = 5,       /* a message longer than the buffer or the MTU (err = bytes) */
+    NETIO_PP_MALFORMED = 6,      /* a request shorter than its headers */
+    NETIO_PP_RNR_RETRY_EXCEEDED = 7 /* an RNR NAK with no RNR retry left (nak_aeth) */
+};
+typedef struct {
+    int32_t rx_fd;           /* the engine's receive socket (UDP or raw), non-blocking */
+    int32_t tx_fd;           /* the QP's send socket (its UDP source port) */
+    uint32_t local_ip;       /* host order */
+    uint32_t remote_ip;
+    uint32_t src_port;
+    uint32_t pkey;
+    uint32_t qpn;
+    uint32_t dest_qp;
+    uint32_t mtu;
+    int32_t verify_icrc;
+    netio_rx_ring *ring;
+    /* the QP's sequence state: in on entry, out on return */
+    uint32_t sq_psn;         /* next PSN to send (every earlier one acknowledged on entry) */
+    uint32_t rq_psn;         /* next PSN the responder expects */
+    uint32_t msn;
+    uint32_t ack_owed;       /* an ACK of rq_psn - 1 goes out with the next packet */
+    /* the messages */
+    const uint8_t *send_buf;
+    uint32_t send_bytes;
+    uint8_t *recv_buf;
+    uint32_t recv_room;
+    uint32_t received_bytes; /* of the last request taken */
+    uint32_t count;          /* round trips */
+    uint32_t initiator;      /* 1: send, then wait for the answer; 0: wait, then answer */
+    uint32_t answer_first;   /* answerer: the first request came before the call */
+    /* timers (CLOCK_MONOTONIC ns) */
+    int64_t ack_timeout_ns;  /* local ACK timeout; 0: none */
+    uint32_t retry_cnt;
+    uint32_t rnr_retry;      /* RNR NAKs resent after (7: for ever) */
+    const int64_t *rnr_wait_ns; /* the RNR NAK delay of each timer code (IBTA table 45) */
+    int64_t idle_timeout_ns; /* give up after this long with nothing from the peer */
+    int64_t spin_ns;         /* busy-poll this long before sleeping in poll(2) */
+    /* results */
+    int64_t *rtt_ns;         /* initiator: count round-trip times */
+    uint32_t done;           /* round trips completed */
+    uint32_t status;         /* enum netio_pp_status */
+    uint32_t nak_aeth;
+    int32_t err;
+    uint64_t packets_sent;
+    uint64_t packets_received;
+    uint32_t retransmits;
+    uint32_t duplicates;
+    uint32_t rnr_naks;
+    uint32_t dropped;        /* requests past a gap (the peer resends them) */
+    /* datagrams set aside for the engine, in arrival order: records of u32
+     * bytes, u32 source IPv4, u32 source port, then the bytes padded to 4 */
+    uint8_t *defer_buf;
+    uint32_t defer_cap;
+    uint32_t defer_len;
+    uint32_t defer_count;
+    uint32_t defer_lost;     /* did not fit defer_buf (lost, as a full socket would) */
+} netio_pingpong;
+/* Run pp->count round trips; 0, or -1 with pp->status saying why (the QP state
+ * fields then say how far it got). */
+int netio_pingpong_run(netio_pingpong *pp);
 /* Plain UDP peer for bench/ (native/udpbench.c): sendmmsg count datagrams of
  * data[0:size] to dst_ip:port (host order); returns how many or -errno. */
 int64_t netio_udp_blast(int fd, uint32_t dst_ip, uint32_t port, const uint8_t *data,

@@ -21,6 +21,7 @@
 #include <sys/uio.h>
 
 #include "netio_native.h"
+#include "softpath_internal.h"
 
 #define ICRC_SEED_AFTER_LRH 0xdebb20e3u
 #define MAX_PKTS_PER_ACK 64u /* rxe RXE_MAX_PKT_PER_ACK */
@@ -503,8 +504,8 @@ int netio_rx_recv(int fd, netio_rx_ring *r) {
 
 /* Where the UDP payload of slot i starts and how long it is (raw slots hold a
  * whole IPv4 packet); -1 when the slot is not a plain IPv4/UDP datagram. */
-static int slot_payload(const netio_rx_ring *r, uint32_t i, const uint8_t **p, uint32_t *n,
-                        uint32_t *src_ip, uint32_t *src_port) {
+int netio_sp_slot_payload(const netio_rx_ring *r, uint32_t i, const uint8_t **p, uint32_t *n,
+                          uint32_t *src_ip, uint32_t *src_port) {
     const uint8_t *s = r->buf + r->off[i];
     uint32_t len = r->len[i];
     if (r->truncated[i])
@@ -532,8 +533,8 @@ static int slot_payload(const netio_rx_ring *r, uint32_t i, const uint8_t **p, u
 }
 
 /* The ICRC of a received packet (p: BTH .. ICRC, n bytes) is right. */
-static int icrc_ok(const netio_rx_ring *r, const uint8_t *p, uint32_t n, uint32_t src,
-                   uint32_t sport, uint32_t local_ip) {
+int netio_sp_icrc_ok(const netio_rx_ring *r, const uint8_t *p, uint32_t n, uint32_t src,
+                     uint32_t sport, uint32_t local_ip) {
     uint32_t crc;
     if (r->raw) {
         int64_t v = netio_icrc(p - 28, 28 + n - 4);
@@ -633,7 +634,7 @@ int64_t netio_rx_fast_run(netio_rx_ring *r, uint32_t start, uint32_t local_ip, i
     for (; i < r->count; i++) {
         const uint8_t *p;
         uint32_t n, src, sport;
-        if (slot_payload(r, i, &p, &n, &src, &sport) < 0 || n < 16)
+        if (netio_sp_slot_payload(r, i, &p, &n, &src, &sport) < 0 || n < 16)
             break;
         uint32_t qpn = get32(p + 4) & 0xFFFFFFu;
         netio_rx_fast *c = NULL;
@@ -652,7 +653,7 @@ int64_t netio_rx_fast_run(netio_rx_ring *r, uint32_t start, uint32_t local_ip, i
             if (!c->acks || n != 20u || (p[1] & 0x3Fu) != 0 || (p[12] >> 5) != 0 ||
                 *nwc >= max_wc)
                 break;
-            if (verify_icrc && !icrc_ok(r, p, n, src, sport, local_ip))
+            if (verify_icrc && !netio_sp_icrc_ok(r, p, n, src, sport, local_ip))
                 break;
             netio_rx_wc *w = &wc[(*nwc)++];
             w->ctx = (uint32_t)(c - ctx);
@@ -669,7 +670,7 @@ int64_t netio_rx_fast_run(netio_rx_ring *r, uint32_t start, uint32_t local_ip, i
                 break; /* a middle packet carries a full MTU: no pad */
             if (n != 12u + c->mtu + 4u || c->room < c->mtu)
                 break;
-            if (verify_icrc && !icrc_ok(r, p, n, src, sport, local_ip))
+            if (verify_icrc && !netio_sp_icrc_ok(r, p, n, src, sport, local_ip))
                 break; /* the engine decides (drop, or rxe's other IP IDs in UDP mode) */
             memcpy(c->dst, p + 12, c->mtu);
             c->dst += c->mtu;
@@ -679,7 +680,7 @@ int64_t netio_rx_fast_run(netio_rx_ring *r, uint32_t start, uint32_t local_ip, i
         } else {
             if (!c->idle)
                 break;
-            if (verify_icrc && !icrc_ok(r, p, n, src, sport, local_ip))
+            if (verify_icrc && !netio_sp_icrc_ok(r, p, n, src, sport, local_ip))
                 break;
             if (!place_only(c, (uint32_t)(c - ctx), p, n, wc, max_wc, nwc))
                 break;

@@ -69,6 +69,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--listen", default=f"0.0.0.0:{DEFAULT_PORT}",
                         help="server: HOST:PORT to listen on (port 0: any, printed)")
     parser.add_argument("--local-addr", default=None, help="local IP (soft backend)")
+    parser.add_argument("--rx-mode", choices=("auto", "raw", "udp"), default="auto",
+                        help="soft backend: receive through a raw socket (needs "
+                             "CAP_NET_RAW) or the UDP socket of port 4791; auto: raw when "
+                             "permitted")
     parser.add_argument("--timeout", type=float, default=30.0,
                         help="deadline in seconds of every connect and control step")
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
@@ -138,6 +142,8 @@ def _open(args: Any, local_addr: str | None) -> netio.Context:
     backend = args.backend
     if backend in ("soft", "auto") and local_addr and local_addr != "0.0.0.0":
         options["local_addr"] = local_addr
+    if backend == "soft":
+        options["rx_mode"] = args.rx_mode
     return netio.open(backend, mtu=args.mtu, timeout_s=args.timeout, **options)
 
 

@@ -23,6 +23,8 @@ import netio
 from netio.api.endpoint import Endpoint, WorkRequest
 from netio.api.region import Region, RemoteRegion
 from netio.backends.base import RecvRequest, SendRequest
+from netio.backends.soft.backend import SoftBackend
+from netio.backends.soft.pingpong import SoftPingPong
 from netio.backends.verbs import VerbsBackend, VerbsQp
 from netio.errors import ExchangeMismatch, IoError
 from netio.perf.spec import (
@@ -138,6 +140,14 @@ async def serve(ctx: netio.Context, listener: netio.Listener,
             await asyncio.sleep(0)  # the first receives are posted before "go"
             await control.send(ctx, "go")
             await asyncio.gather(*pending_data)
+        elif (spec.mode is Mode.SEND_LAT and step.get("soft_pingpong")
+              and (soft := _soft_pingpong(ctx, first, region, size, timeout_s)) is not None):
+            # the client's first (warm-up) ping comes through the engine into this
+            # receive; the call answers it and the rest, as the client's call runs
+            ping = first.recv(region[0:size])
+            await control.send(ctx, "go", soft_pingpong=True)
+            await ping
+            soft.run(counts[0] + 1, initiator=False, answer_first=True)
         elif spec.mode is Mode.SEND_LAT and (fast := _fast_qp(ctx, first)) is not None:
             pings = _FastPingPong(fast, first, region, size, timeout_s)
             pings.post_first()  # before "go": the first ping finds it
@@ -222,13 +232,21 @@ async def run_client(ctx: netio.Context, server: str, spec: RunSpec, timeout_s: 
     for size in spec.sizes_bytes:
         iterations = spec.iterations_for(size)
         counts = _split(iterations, spec.endpoints)
+        soft = (_soft_pingpong(ctx, first, region, size, timeout_s)
+                if spec.mode is Mode.SEND_LAT else None)
         pending = control.expect()
-        await control.send(ctx, "step", size_bytes=size, iterations=counts)
-        await control.take(pending, "go", timeout_s)
+        await control.send(ctx, "step", size_bytes=size, iterations=counts,
+                           soft_pingpong=soft is not None)
+        go = await control.take(pending, "go", timeout_s)
         cpu0 = time.process_time()
         wall0 = time.perf_counter()
-        if spec.mode is Mode.SEND_LAT and (fast := _fast_qp(ctx, first)) is not None:
-            measured: tuple[float, float, int] | list[float] = _FastPingPong(
+        measured: tuple[float, float, int] | list[float]
+        if soft is not None and go.get("soft_pingpong"):
+            # one warm-up round trip (the server takes it through the engine), not timed
+            rtt_ns = soft.run(iterations + 1, initiator=True).rtt_ns[1:]
+            measured = [ns / 2e3 for ns in rtt_ns]
+        elif spec.mode is Mode.SEND_LAT and (fast := _fast_qp(ctx, first)) is not None:
+            measured = _FastPingPong(
                 fast, first, region, size, timeout_s).ping(iterations)
         elif spec.mode.is_latency:
             measured = await _latency(spec.mode, first, region, remote, size, iterations)
@@ -360,6 +378,19 @@ def _fast_qp(ctx: netio.Context, ep: Endpoint) -> VerbsQp | None:
         return None
     qp = backend.qp_for(ep.address.qpn)
     return qp if qp is not None and qp.can_exchange else None
+
+
+def _soft_pingpong(ctx: netio.Context, ep: Endpoint, region: Region, size: int,
+                   timeout_s: float) -> SoftPingPong | None:
+    """send_lat over the soft backend as sockperf runs a ping-pong: the whole loop in
+    one call into C on the engine's QP (:mod:`netio.backends.soft.pingpong`): the client
+    sends from the second half of ``region`` and takes answers into the first; the
+    server the same way round."""
+    backend = ctx.backend
+    if not isinstance(backend, SoftBackend):
+        return None
+    return backend.pingpong(ep.address.qpn, region[size:2 * size].segment(),
+                            region[0:size].segment(), timeout_s)
 
 
 class _FastPingPong:

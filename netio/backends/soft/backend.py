@@ -28,6 +28,7 @@ from netio.backends.base import (
     Transport,
 )
 from netio.backends.soft.driver import DriverConfig, SoftRoceDriver
+from netio.backends.soft.pingpong import SoftPingPong
 from netio.backends.soft.sockets import OffloadMode, RxMode
 from netio.errors import IoError, RoceError
 from netio.roce.engine import CompletionQueue, RoceEngine, linger_ns
@@ -298,6 +299,20 @@ class SoftBackend:
             if driver.poll_progress():
                 did = True
         return did
+
+    def pingpong(self, qpn: int, send: Segment, recv: Segment,
+                 timeout_s: float) -> SoftPingPong | None:
+        """The one-call ping-pong (:mod:`netio.backends.soft.pingpong`) on QP ``qpn``
+        between ``send`` and ``recv``; None when that QP cannot take it now."""
+        for driver in self._drivers.values():
+            qp = driver.engine.qp(qpn)
+            if qp is None:
+                continue
+            if not SoftPingPong.usable(driver, qp, send.length):
+                return None
+            return SoftPingPong(driver, qp, _sges((send,))[0], _sges((recv,))[0],
+                                timeout_s=timeout_s)
+        return None
 
     def describe(self) -> Description:
         ips = list(self._drivers) or (

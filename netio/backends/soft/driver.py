@@ -190,6 +190,11 @@ class SoftRoceDriver:
         self.gro = False  # the UDP receive socket coalesces (UDP_GRO), the ring splits
         self.gro_reason = "off"
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop the driver runs on (None before :meth:`start`)."""
+        return self._loop
+
     # -- lifecycle -----------------------------------------------------------------------
 
     @classmethod
@@ -453,6 +458,38 @@ class SoftRoceDriver:
             return True
         self._after_input(now_ns)
         return True
+
+    def lend_sockets(self, src_port: int, tos: int) -> tuple[int, int, RxRing] | None:
+        """The receive socket, the send socket of (``src_port``, ``tos``) and the native
+        receive ring, for one call into C that does the I/O of a QP itself (the
+        ping-pong of :mod:`netio.backends.soft.pingpong`): None without the native
+        path, with a lossy link (its faults are applied here, in Python) or once closed.
+        What the engine had to send goes first, held ACKs included."""
+        sock = self._raw_sock if self._raw_sock is not None else self._udp_sock
+        if self._ring is None or self._link is not None or self._closed or sock is None:
+            return None
+        self._flush_scheduled = False
+        self._flush(time.monotonic_ns())
+        if self._backlog:
+            return None  # the socket refused earlier output: the engine's path waits for it
+        return sock.fileno(), self._send_socket(src_port, tos).fileno(), self._ring
+
+    def take_datagrams(self, datagrams: list[tuple[memoryview, int, int]], *, sent: int,
+                       received: int) -> None:
+        """Hand the engine what a lent-socket call set aside (each datagram as the ring
+        slot held it, with its source IPv4 address and port), in arrival order, and
+        count the datagrams that call sent and received itself."""
+        self.stats.datagrams_sent += sent
+        self.stats.datagrams_received += received + len(datagrams)
+        if not datagrams or self._closed:
+            return
+        now_ns = time.monotonic_ns()
+        for data, src_ip, src_port in datagrams:
+            if self._raw_sock is not None:
+                self._raw_one(data, now_ns)
+            else:
+                self._udp_one(data, ipaddress.IPv4Address(src_ip), src_port, now_ns)
+        self._after_input(now_ns)
 
     def _drain_ring(self, ring: RxRing, sock: socket.socket, now_ns: int) -> None:
         """Native path: recvmmsg batches; the engine places what it can in C and hands
