@@ -373,7 +373,7 @@ typedef struct {
 int64_t netio_rx_fast_run(netio_rx_ring *r, uint32_t start, uint32_t local_ip, int verify_icrc,
                           netio_rx_fast *ctx, uint32_t nctx, int coalesce, netio_rx_wc *wc,
                           uint32_t max_wc, uint32_t *nwc, uint32_t *ack_ctx);
-/* A ping-pong of RC SEND ONLY messages on one soft-engine QP in one call
+/* A ping-pong of RC SEND messages on one soft-engine QP in one call
  * (native/softpingpong.c; Python side netio/backends/soft/pingpong.py). The
  * caller lends the QP's sequence state (all its sent PSNs acknowledged, no
  * message in progress) and takes it back after; see softpingpong.c. */
@@ -397,6 +397,7 @@ typedef struct {
     uint32_t qpn;
     uint32_t dest_qp;
     uint32_t mtu;
+    uint32_t window;         /* PSNs sent and not acknowledged at most */
     int32_t verify_icrc;
     netio_rx_ring *ring;
     /* the QP's sequence state: in on entry, out on return */

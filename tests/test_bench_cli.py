@@ -72,6 +72,28 @@ def test_json_sweep_is_one_document() -> None:
         server.wait()
 
 
+@pytest.mark.parametrize("rx_mode", ["udp", "auto"])
+def test_soft_send_lat_sweep_in_one_call_per_side(rx_mode: str) -> None:
+    """send_lat over soft runs its ping-pong in one call into C per side, at every size of
+    the sweep (one packet up to 2048 at MTU 4096), in either receive mode."""
+    server = _server("soft", "127.0.5.11:18623")
+    try:
+        out = _client("send_lat", "--backend", "soft", "--rx-mode", rx_mode, "-a", "-n", "8",
+                      "--json", "--local-addr", "127.0.5.12", "127.0.5.11:18623")
+        assert out.returncode == 0, out.stderr
+        doc = json.loads(out.stdout)
+        sizes = [r["message_bytes"] for r in doc["results"]]
+        assert sizes == [1 << k for k in range(1, 24)]
+        typical = [r["t_typical_s"] for r in doc["results"]]
+        assert all(t > 0 for t in typical)
+        # 8 MiB each way takes longer than 2 B (2048 packets against one)
+        assert typical[-1] > 10 * typical[0]
+        assert server.wait(30) == 0
+    finally:
+        server.kill()
+        server.wait()
+
+
 def test_profile_is_valid_for_the_models(tmp_path: Path) -> None:
     server = _server("tcp", "127.0.0.1:18622")
     out_file = tmp_path / "link.json"

@@ -29,8 +29,18 @@ from tests.api.conftest import soft_addresses
 
 REPO = Path(__file__).resolve().parents[2]
 SIZE = 64
-PING = bytes(range(SIZE))
-PONG = bytes(255 - b for b in range(SIZE))
+MTU = 4096  # the path MTU two soft contexts agree on
+
+
+def ping_bytes(size: int) -> bytes:
+    return bytes((7 * i + 1) & 0xFF for i in range(size))
+
+
+def pong_bytes(size: int) -> bytes:
+    return bytes((255 - 3 * i) & 0xFF for i in range(size))
+
+
+PING, PONG = ping_bytes(SIZE), pong_bytes(SIZE)
 AFTER, AFTER_OK = b"after the call", b"after: ok"
 
 
@@ -38,13 +48,15 @@ class Peer:
     """The engine's end, through the IO API, driven by its own thread (polled), or by a
     loop thread (``progress="loop"``: it answers while its thread sleeps)."""
 
-    def __init__(self, ip: str, progress: str = "poll", **options: Any) -> None:
+    def __init__(self, ip: str, progress: str = "poll", size: int = SIZE,
+                 **options: Any) -> None:
         self.ctx = netio.open("soft", local_addr=ip, progress=progress, **options)
+        self.size = size
         self.listener = self.ctx.listen(f"{ip}:0").wait(10)
         self.address = f"{ip}:{self.listener.address[1]}"
         self.errors: list[str] = []
-        self.inbox = bytearray(256)
-        self.outbox = bytearray(PONG) + bytearray(PING)
+        self.inbox = bytearray(max(256, size))
+        self.outbox = bytearray(pong_bytes(size)) + bytearray(ping_bytes(size))
         self.inbox_region = self.ctx.register(self.inbox)
         self.out_region = self.ctx.register(self.outbox)
         self.extra: list[netio.Endpoint] = []
@@ -60,7 +72,7 @@ class Peer:
                 role(ep)
                 # a polled context progresses only while its thread waits: go on until
                 # the test is done (the other side waits for this side's last ACKs)
-                idle = ep.recv(self.inbox_region[0:256])
+                idle = ep.recv(self.inbox_region[0:len(self.inbox)])
                 while not self.release.is_set():
                     try:
                         idle.wait(0.01)
@@ -94,16 +106,18 @@ class Peer:
             [netio.Endpoint], None]:
         """Answer ``n`` pings (each receive posted before the answer that precedes it),
         then the message after the call."""
+        size = self.size
+
         def role(ep: netio.Endpoint) -> None:
-            inbox = self.inbox_region[0:256]
+            inbox = self.inbox_region[0:len(self.inbox)]
             got = ep.recv(inbox)
-            self.sent(ep.send(self.out_region[SIZE:SIZE + 5]).wait(10), "ready")
+            self.sent(ep.send(self.out_region[size:size + 5]).wait(10), "ready")
             for k in range(n):
-                self.check(got.wait(20), f"ping {k}", PING)
+                self.check(got.wait(20), f"ping {k}", ping_bytes(size))
                 got = ep.recv(inbox)
                 if then is not None and k == n // 2:
                     then()
-                self.sent(ep.send(self.out_region[0:SIZE]).wait(20), f"pong {k}")
+                self.sent(ep.send(self.out_region[0:size]).wait(20), f"pong {k}")
             self.check(got.wait(20), "after", AFTER)
             self.outbox[:len(AFTER_OK)] = AFTER_OK
             ep.send(self.out_region[0:len(AFTER_OK)]).wait(10)
@@ -112,14 +126,16 @@ class Peer:
     def ping(self, n: int) -> Callable[[netio.Endpoint], None]:
         """Send ``n`` pings (the first after the call's side said go), then the message
         after the call."""
+        size = self.size
+
         def role(ep: netio.Endpoint) -> None:
-            inbox = self.inbox_region[0:256]
+            inbox = self.inbox_region[0:len(self.inbox)]
             go = ep.recv(inbox)
             self.check(go.wait(10), "go", b"go")
             for k in range(n):
                 pong = ep.recv(inbox)
-                self.sent(ep.send(self.out_region[SIZE:2 * SIZE]).wait(20), f"ping {k}")
-                self.check(pong.wait(20), f"pong {k}", PONG)
+                self.sent(ep.send(self.out_region[size:2 * size]).wait(20), f"ping {k}")
+                self.check(pong.wait(20), f"pong {k}", pong_bytes(size))
             got = ep.recv(inbox)
             self.outbox[:len(AFTER)] = AFTER
             ep.send(self.out_region[0:len(AFTER)]).wait(10)
@@ -132,46 +148,59 @@ async def _connect(ctx: netio.Context, address: str) -> netio.Endpoint:
 
 
 def _call(ctx: netio.Context, ep: netio.Endpoint, buffer: bytearray, *,
-          timeout_s: float = 10.0) -> SoftPingPong:
+          timeout_s: float = 10.0, size: int = SIZE) -> SoftPingPong:
+    """The call on ``ep``: answers into ``buffer[0:size]``, requests from
+    ``buffer[size:2 * size]``."""
     region = ctx.register(buffer)
     backend = ctx.backend
     assert isinstance(backend, SoftBackend)
-    call = backend.pingpong(ep.address.qpn, region[SIZE:2 * SIZE].segment(),
-                            region[0:SIZE].segment(), timeout_s)
+    call = backend.pingpong(ep.address.qpn, region[size:2 * size].segment(),
+                            region[0:size].segment(), timeout_s)
     assert call is not None
     return call
 
 
-async def _initiator(peer_address: str, n: int, client_ip: str,
+async def _initiator(peer_address: str, n: int, client_ip: str, size: int = SIZE,
                      **options: Any) -> tuple[PingPongRun, bytes, bytes]:
     """This side pings ``n`` times in one call, then exchanges a message through the
     engine; (the run, the last answer, the message after)."""
     async with netio.open("soft", local_addr=client_ip, **options) as ctx:
         ep = await _connect(ctx, peer_address)
-        buffer = bytearray(SIZE) + bytearray(PING) + bytearray(64)
+        buffer = bytearray(size) + bytearray(ping_bytes(size)) + bytearray(64)
         region = ctx.register(buffer)
-        await ep.recv(region[2 * SIZE:3 * SIZE])  # the peer is ready
-        run = _call(ctx, ep, buffer).run(n, initiator=True)
-        answer = bytes(buffer[:SIZE])
-        buffer[SIZE:SIZE + len(AFTER)] = AFTER
-        reply = ep.recv(region[2 * SIZE:3 * SIZE])
-        await ep.send(region[SIZE:SIZE + len(AFTER)])
+        control = region[2 * size:2 * size + 64]
+        await ep.recv(control)  # the peer is ready
+        run = _call(ctx, ep, buffer, size=size).run(n, initiator=True)
+        answer = bytes(buffer[:size])
+        buffer[size:size + len(AFTER)] = AFTER
+        reply = ep.recv(control)
+        await ep.send(region[size:size + len(AFTER)])
         c = await reply
-        return run, answer, bytes(buffer[2 * SIZE:2 * SIZE + c.byte_len])
+        return run, answer, bytes(buffer[2 * size:2 * size + c.byte_len])
 
 
-def test_initiator_against_the_engine() -> None:
+@pytest.mark.parametrize("size", [64, MTU, MTU + 1, 64 << 10, 1 << 20])
+def test_initiator_against_the_engine(size: int) -> None:
+    """One packet; exactly one MTU; two packets (a 1-byte LAST); 16 packets; 256
+    packets: more than the window of 128 unacknowledged PSNs and than the 64 packets
+    after which a sender asks for an ACK."""
     server_ip, client_ip = soft_addresses()
-    peer = Peer(server_ip)
-    peer.start(peer.answer(300))
-    run, answer, after = asyncio.run(_initiator(peer.address, 300, client_ip))
+    n = 300 if size <= MTU else 30
+    # ACK timeouts of 4.3 s: only a lost packet (none on loopback) resends, not a stall
+    peer = Peer(server_ip, size=size, ack_timeout=20)
+    peer.start(peer.answer(n))
+    run, answer, after = asyncio.run(_initiator(peer.address, n, client_ip, size,
+                                                ack_timeout=20))
     peer.join()
     assert peer.errors == []
-    assert answer == PONG and after == AFTER_OK
-    assert len(run.rtt_ns) == 300 and all(t > 0 for t in run.rtt_ns)
+    assert answer == pong_bytes(size) and after == AFTER_OK
+    assert len(run.rtt_ns) == n and all(t > 0 for t in run.rtt_ns)
     assert run.retransmits == 0
-    # one request per round trip, and the ACKs of all but the first answer with them
-    assert run.packets_sent == 300 + 300
+    packets = -(-size // MTU)
+    # each round trip: the request's packets, the ACK of the last answer (its AckReq)
+    # and at most one ACK for every 64 packets of an answer before its last (rxe's
+    # AckReq rule; those that arrive in one receive batch share an ACK)
+    assert n * (packets + 1) <= run.packets_sent <= n * (packets + 1 + (packets - 1) // 64)
 
 
 def test_initiator_against_the_pure_engine_in_another_process() -> None:
@@ -197,56 +226,64 @@ def test_initiator_against_the_pure_engine_in_another_process() -> None:
     assert answer == PONG and after == AFTER_OK and len(run.rtt_ns) == 100
 
 
-async def _answerer(peer_address: str, n: int, client_ip: str, **options: Any) -> bytes:
+async def _answerer(peer_address: str, n: int, client_ip: str, size: int = SIZE,
+                    **options: Any) -> bytes:
     """This side answers ``n`` pings, the first taken through the engine as the bench
     server does; then the message after the call. Returns what the last ping held."""
     async with netio.open("soft", local_addr=client_ip, **options) as ctx:
         ep = await _connect(ctx, peer_address)
-        buffer = bytearray(SIZE) + bytearray(PONG) + bytearray(b"go")
+        buffer = bytearray(size) + bytearray(pong_bytes(size)) + bytearray(b"go")
         region = ctx.register(buffer)
-        first = ep.recv(region[0:SIZE])
-        await ep.send(region[2 * SIZE:2 * SIZE + 2])
+        first = ep.recv(region[0:size])
+        await ep.send(region[2 * size:2 * size + 2])
         await first
-        _call(ctx, ep, buffer).run(n, initiator=False, answer_first=True)
-        last = bytes(buffer[:SIZE])
-        got = ep.recv(region[0:SIZE])
+        _call(ctx, ep, buffer, size=size).run(n, initiator=False, answer_first=True)
+        last = bytes(buffer[:size])
+        got = ep.recv(region[0:size])
         c = await got
         assert bytes(buffer[:c.byte_len]) == AFTER
-        buffer[SIZE:SIZE + len(AFTER_OK)] = AFTER_OK
-        await ep.send(region[SIZE:SIZE + len(AFTER_OK)])
+        buffer[size:size + len(AFTER_OK)] = AFTER_OK
+        await ep.send(region[size:size + len(AFTER_OK)])
         return last
 
 
-def test_answerer_against_the_engine() -> None:
+@pytest.mark.parametrize("size", [64, MTU + 1, 1 << 20])
+def test_answerer_against_the_engine(size: int) -> None:
     server_ip, client_ip = soft_addresses()
-    peer = Peer(server_ip)
-    peer.start(peer.ping(200))
-    last = asyncio.run(_answerer(peer.address, 200, client_ip))
+    n = 200 if size <= MTU else 30
+    peer = Peer(server_ip, size=size)
+    peer.start(peer.ping(n))
+    last = asyncio.run(_answerer(peer.address, n, client_ip, size))
     peer.join()
     assert peer.errors == []
-    assert last == PING
+    assert last == ping_bytes(size)
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_loss_duplication_and_reordering_from_the_peer(seed: int) -> None:
+@pytest.mark.parametrize(("seed", "size"), [(1, 64), (2, 64), (3, 3 * MTU + 100),
+                                            (4, 300 * MTU)])
+def test_loss_duplication_and_reordering_from_the_peer(seed: int, size: int) -> None:
     """The peer's egress drops, duplicates and reorders (seeded): the call resends on
-    its timer, ACKs duplicates again, drops what comes past a gap; both ends agree
-    on every message and go on through the engine after."""
+    its timer or a PSN sequence NAK, ACKs duplicates again, NAKs and drops what comes
+    past a gap; both ends agree on every message and go on through the engine after.
+    ACK timeouts of 16.8 ms: seven in a row must mean a dead peer, not a busy host."""
     server_ip, client_ip = soft_addresses()
     faults = LinkFaults(drop=0.05, duplicate=0.05, reorder=0.05, latency_ns=0,
                         reorder_ns=200_000)
-    peer = Peer(server_ip, faults=faults, fault_seed=seed, ack_timeout=8)
-    peer.start(peer.answer(200))
-    run, answer, after = asyncio.run(_initiator(peer.address, 200, client_ip, ack_timeout=8))
+    n = 200 if size <= MTU else 20 if size < 64 * MTU else 4
+    peer = Peer(server_ip, size=size, faults=faults, fault_seed=seed, ack_timeout=12)
+    peer.start(peer.answer(n))
+    run, answer, after = asyncio.run(_initiator(peer.address, n, client_ip, size,
+                                                ack_timeout=12))
     peer.join()
     assert peer.errors == []
-    assert answer == PONG and after == AFTER_OK and len(run.rtt_ns) == 200
+    assert answer == pong_bytes(size) and after == AFTER_OK and len(run.rtt_ns) == n
     # the faults happened and the call saw them
-    assert run.retransmits + run.duplicates > 0
+    assert run.retransmits + run.duplicates + run.dropped > 0
 
-    peer = Peer(server_ip, faults=faults, fault_seed=seed, ack_timeout=8)
-    peer.start(peer.ping(200))
-    assert asyncio.run(_answerer(peer.address, 200, client_ip, ack_timeout=8)) == PING
+    peer = Peer(server_ip, size=size, faults=faults, fault_seed=seed, ack_timeout=12)
+    peer.start(peer.ping(n))
+    assert asyncio.run(_answerer(peer.address, n, client_ip, size,
+                                 ack_timeout=12)) == ping_bytes(size)
     peer.join()
     assert peer.errors == []
 
@@ -400,7 +437,7 @@ def test_an_answer_longer_than_the_buffer_is_refused() -> None:
             buffer = bytearray(3 * SIZE)
             region = ctx.register(buffer)
             await ep.recv(region[2 * SIZE:3 * SIZE])
-            with pytest.raises(netio.IoError, match=r"a message of 128 bytes is longer"):
+            with pytest.raises(netio.IoError, match=r"a message of 128 bytes or more is longer"):
                 _call(ctx, ep, buffer).run(1, initiator=True)
 
     asyncio.run(main())
@@ -431,7 +468,7 @@ def test_only_on_the_thread_of_the_contexts_loop() -> None:
             assert len(failed) == 1 and "thread of the context's event loop" in str(failed[0])
             # work in flight: the engine has it, the call must not take the QP over
             ep.recv(region[0:SIZE])
-            assert not SoftPingPong.usable(call.driver, call.qp, SIZE)
+            assert not SoftPingPong.usable(call.driver, call.qp)
             backend = ctx.backend
             assert isinstance(backend, SoftBackend)
             assert backend.pingpong(ep.address.qpn, region[SIZE:2 * SIZE].segment(),

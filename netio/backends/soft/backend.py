@@ -308,7 +308,7 @@ class SoftBackend:
             qp = driver.engine.qp(qpn)
             if qp is None:
                 continue
-            if not SoftPingPong.usable(driver, qp, send.length):
+            if not SoftPingPong.usable(driver, qp):
                 return None
             return SoftPingPong(driver, qp, _sges((send,))[0], _sges((recv,))[0],
                                 timeout_s=timeout_s)

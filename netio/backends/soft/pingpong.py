@@ -5,15 +5,18 @@ sockperf's ping-pong, perftest's ``ib_send_lat`` and the verbs backend's
 that posts and busy-polls; through the IO API a soft round trip runs some 800 Python
 calls per side (about 100 µs). ``netio bench send_lat`` over the soft backend uses this
 instead: the engine lends the QP's sequence state (next PSN, expected PSN, MSN) to one
-C call that builds the same packets the engine's native path builds (SEND ONLY with
-AckReq; RC ACKs, a held ACK leaving with the next request in one ``sendmmsg``),
-checks ICRC, QP, source and PSN of what comes back, retires its PSNs on ACKs, resends
-on the local ACK timeout (go-back-N, ``retry_cnt`` times), ACKs duplicates again, and
-sets aside every other datagram (another QP's, or the next message of this one) for
-the engine, which takes them when the call returns. An RNR NAK waits the peer's RNR
-timer and resends (``rnr_retry`` times), a PSN sequence NAK resends at once; any other
-NAK, too many timeouts or a silent peer end the call with an error and the QP in the
-error state, as the engine's own paths would leave it.
+C call that builds the packets the engine's native path builds (a message of any size
+cut at the path MTU, AckReq on its last packet and after every 64; RC ACKs, a held ACK
+leaving after the next request in one ``sendmmsg``), keeps at most ``max_unacked_psns``
+unacknowledged, checks ICRC, QP, source and PSN of what comes back and places it in
+order straight into the receive buffer, retires its PSNs on ACKs, resends from the
+oldest unacknowledged PSN on the local ACK timeout (go-back-N, ``retry_cnt`` times),
+ACKs duplicates again, NAKs a gap once (PSN sequence error) and drops what follows it,
+and sets aside every other datagram (another QP's, or the next message of this one)
+for the engine, which takes them when the call returns. An RNR NAK waits the peer's
+RNR timer and resends (``rnr_retry`` times), a PSN sequence NAK resends at once; any
+other NAK, too many timeouts or a silent peer end the call with an error and the QP in
+the error state, as the engine's own paths would leave it.
 """
 
 from __future__ import annotations
@@ -41,8 +44,9 @@ _STATUS = {1: "retry count exceeded (no ACK after {retries} local ACK timeouts)"
            2: "nothing from the peer for {idle_s:g} s",
            3: "the peer sent {nak}",
            4: "socket error {err}",
-           5: "a message of {err} bytes is longer than the receive buffer or the MTU",
-           6: "a malformed request",
+           5: "a message of {err} bytes or more is longer than the receive buffer",
+           6: "a request out of order in its message or of the wrong length (opcode "
+              "{err:#04x})",
            7: "RNR retry count exceeded ({nak})"}
 
 
@@ -55,6 +59,7 @@ class PingPongRun:
     packets_received: int
     retransmits: int
     duplicates: int
+    dropped: int
     rnr_naks: int
     set_aside: int
 
@@ -71,9 +76,8 @@ def _nak(aeth: int) -> str:
 
 
 class SoftPingPong:
-    """``count`` round trips of one-packet SENDs between ``qp`` and its peer: the
-    initiator sends ``send`` and waits for the answer into ``recv``; the answerer the
-    other way round. Messages must fit one packet (the path MTU)."""
+    """``count`` round trips of SENDs between ``qp`` and its peer: the initiator sends
+    ``send`` and waits for the answer into ``recv``; the answerer the other way round."""
 
     def __init__(self, driver: SoftRoceDriver, qp: QueuePair, send: Sge, recv: Sge, *,
                  timeout_s: float) -> None:
@@ -97,16 +101,15 @@ class SoftPingPong:
         self._pp = pp
 
     @staticmethod
-    def usable(driver: SoftRoceDriver, qp: QueuePair, message_bytes: int) -> bool:
+    def usable(driver: SoftRoceDriver, qp: QueuePair) -> bool:
         """True when a call can take ``qp`` over now: the native path, an RC QP in RTS
-        over IPv4 with a message that fits one packet, nothing of it in flight (every
-        sent PSN acknowledged, no message half received, no receive posted)."""
+        over IPv4, nothing of it in flight (every sent PSN acknowledged, no message half
+        received, no receive posted)."""
         attrs = qp.attrs
         req, resp = qp.requester, qp.responder
         return (native.lib is not None and driver.engine.native
                 and qp.qp_type is QpType.RC and qp.state is QpState.RTS
                 and isinstance(attrs.remote_ip, ipaddress.IPv4Address)
-                and message_bytes <= attrs.path_mtu_bytes
                 and not req.wqes and not req.outstanding and resp.ctx is None
                 and not qp.rq and qp.srq is None)
 
@@ -122,7 +125,7 @@ class SoftPingPong:
         if running is None or running is not driver.loop:
             raise IoError("soft ping-pong: call it on the thread of the context's event loop "
                           "(the driver there reads the same socket)")
-        if not self.usable(driver, qp, int(self._pp.send_bytes)):
+        if not self.usable(driver, qp):
             raise IoError("soft ping-pong: the QP has work in flight or is not an RC QP "
                           "in RTS on the native path")
         attrs = qp.attrs
@@ -141,6 +144,7 @@ class SoftPingPong:
         pp.src_port = qp.udp_src_port
         pp.pkey, pp.qpn, pp.dest_qp = attrs.pkey, qp.qp_num, attrs.dest_qp_num
         pp.mtu = attrs.path_mtu_bytes
+        pp.window = attrs.max_unacked_psns
         pp.verify_icrc = 1 if driver.engine.verify_icrc else 0
         pp.sq_psn = qp.requester.psn
         pp.rq_psn, pp.msn = resp.expected_psn, resp.msn
@@ -176,8 +180,8 @@ class SoftPingPong:
                           f"{count} round trips")
         return PingPongRun(tuple(int(rtt[k]) for k in range(done)) if initiator else (),
                            int(pp.packets_sent), int(pp.packets_received),
-                           int(pp.retransmits), int(pp.duplicates), int(pp.rnr_naks),
-                           len(aside))
+                           int(pp.retransmits), int(pp.duplicates), int(pp.dropped),
+                           int(pp.rnr_naks), len(aside))
 
     def _set_aside(self) -> list[tuple[memoryview, int, int]]:
         pp = self._pp
