@@ -26,157 +26,23 @@ from netio.backends.soft.backend import SoftBackend
 from netio.backends.soft.pingpong import PingPongRun, SoftPingPong
 from netio.roce.link import LinkFaults
 from tests.api.conftest import soft_addresses
+from tests.pingpong_peer import (
+    AFTER,
+    AFTER_OK,
+    MTU,
+    PING,
+    PONG,
+    SIZE,
+    Peer,
+    answerer,
+    call,
+    connect,
+    initiator,
+    ping_bytes,
+    pong_bytes,
+)
 
 REPO = Path(__file__).resolve().parents[2]
-SIZE = 64
-MTU = 4096  # the path MTU two soft contexts agree on
-
-
-def ping_bytes(size: int) -> bytes:
-    return bytes((7 * i + 1) & 0xFF for i in range(size))
-
-
-def pong_bytes(size: int) -> bytes:
-    return bytes((255 - 3 * i) & 0xFF for i in range(size))
-
-
-PING, PONG = ping_bytes(SIZE), pong_bytes(SIZE)
-AFTER, AFTER_OK = b"after the call", b"after: ok"
-
-
-class Peer:
-    """The engine's end, through the IO API, driven by its own thread (polled), or by a
-    loop thread (``progress="loop"``: it answers while its thread sleeps)."""
-
-    def __init__(self, ip: str, progress: str = "poll", size: int = SIZE,
-                 **options: Any) -> None:
-        self.ctx = netio.open("soft", local_addr=ip, progress=progress, **options)
-        self.size = size
-        self.listener = self.ctx.listen(f"{ip}:0").wait(10)
-        self.address = f"{ip}:{self.listener.address[1]}"
-        self.errors: list[str] = []
-        self.inbox = bytearray(max(256, size))
-        self.outbox = bytearray(pong_bytes(size)) + bytearray(ping_bytes(size))
-        self.inbox_region = self.ctx.register(self.inbox)
-        self.out_region = self.ctx.register(self.outbox)
-        self.extra: list[netio.Endpoint] = []
-        self.release = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self, role: Callable[[netio.Endpoint], None], endpoints: int = 1) -> None:
-        def run() -> None:
-            try:
-                ep = self.listener.accept(timeout_s=10).wait(10)
-                self.extra = [self.listener.accept(timeout_s=10).wait(10)
-                              for _ in range(endpoints - 1)]
-                role(ep)
-                # a polled context progresses only while its thread waits: go on until
-                # the test is done (the other side waits for this side's last ACKs)
-                idle = ep.recv(self.inbox_region[0:len(self.inbox)])
-                while not self.release.is_set():
-                    try:
-                        idle.wait(0.01)
-                    except netio.Timeout:
-                        continue
-                    break
-            except Exception as exc:  # reported by the test
-                self.errors.append(f"{type(exc).__name__}: {exc}")
-
-        self._thread = threading.Thread(target=run, daemon=True)
-        self._thread.start()
-
-    def join(self) -> None:
-        assert self._thread is not None
-        self.release.set()
-        self._thread.join(60)
-        assert not self._thread.is_alive(), "the peer did not finish"
-        self.ctx.close()
-
-    def sent(self, completion: netio.Completion, what: str) -> None:
-        if completion.status != netio.WcStatus.SUCCESS:
-            self.errors.append(f"{what}: {completion.status!r}")
-
-    def check(self, completion: netio.Completion, what: str, expected: bytes) -> None:
-        if completion.status != netio.WcStatus.SUCCESS:
-            self.errors.append(f"{what}: {completion.status!r}")
-        elif bytes(self.inbox[:completion.byte_len]) != expected:
-            self.errors.append(f"{what}: got {bytes(self.inbox[:completion.byte_len])!r}")
-
-    def answer(self, n: int, *, then: Callable[[], None] | None = None) -> Callable[
-            [netio.Endpoint], None]:
-        """Answer ``n`` pings (each receive posted before the answer that precedes it),
-        then the message after the call."""
-        size = self.size
-
-        def role(ep: netio.Endpoint) -> None:
-            inbox = self.inbox_region[0:len(self.inbox)]
-            got = ep.recv(inbox)
-            self.sent(ep.send(self.out_region[size:size + 5]).wait(10), "ready")
-            for k in range(n):
-                self.check(got.wait(20), f"ping {k}", ping_bytes(size))
-                got = ep.recv(inbox)
-                if then is not None and k == n // 2:
-                    then()
-                self.sent(ep.send(self.out_region[0:size]).wait(20), f"pong {k}")
-            self.check(got.wait(20), "after", AFTER)
-            self.outbox[:len(AFTER_OK)] = AFTER_OK
-            ep.send(self.out_region[0:len(AFTER_OK)]).wait(10)
-        return role
-
-    def ping(self, n: int) -> Callable[[netio.Endpoint], None]:
-        """Send ``n`` pings (the first after the call's side said go), then the message
-        after the call."""
-        size = self.size
-
-        def role(ep: netio.Endpoint) -> None:
-            inbox = self.inbox_region[0:len(self.inbox)]
-            go = ep.recv(inbox)
-            self.check(go.wait(10), "go", b"go")
-            for k in range(n):
-                pong = ep.recv(inbox)
-                self.sent(ep.send(self.out_region[size:2 * size]).wait(20), f"ping {k}")
-                self.check(pong.wait(20), f"pong {k}", pong_bytes(size))
-            got = ep.recv(inbox)
-            self.outbox[:len(AFTER)] = AFTER
-            ep.send(self.out_region[0:len(AFTER)]).wait(10)
-            self.check(got.wait(20), "after", AFTER_OK)
-        return role
-
-
-async def _connect(ctx: netio.Context, address: str) -> netio.Endpoint:
-    return await ctx.connect(address, timeout_s=10)
-
-
-def _call(ctx: netio.Context, ep: netio.Endpoint, buffer: bytearray, *,
-          timeout_s: float = 10.0, size: int = SIZE) -> SoftPingPong:
-    """The call on ``ep``: answers into ``buffer[0:size]``, requests from
-    ``buffer[size:2 * size]``."""
-    region = ctx.register(buffer)
-    backend = ctx.backend
-    assert isinstance(backend, SoftBackend)
-    call = backend.pingpong(ep.address.qpn, region[size:2 * size].segment(),
-                            region[0:size].segment(), timeout_s)
-    assert call is not None
-    return call
-
-
-async def _initiator(peer_address: str, n: int, client_ip: str, size: int = SIZE,
-                     **options: Any) -> tuple[PingPongRun, bytes, bytes]:
-    """This side pings ``n`` times in one call, then exchanges a message through the
-    engine; (the run, the last answer, the message after)."""
-    async with netio.open("soft", local_addr=client_ip, **options) as ctx:
-        ep = await _connect(ctx, peer_address)
-        buffer = bytearray(size) + bytearray(ping_bytes(size)) + bytearray(64)
-        region = ctx.register(buffer)
-        control = region[2 * size:2 * size + 64]
-        await ep.recv(control)  # the peer is ready
-        run = _call(ctx, ep, buffer, size=size).run(n, initiator=True)
-        answer = bytes(buffer[:size])
-        buffer[size:size + len(AFTER)] = AFTER
-        reply = ep.recv(control)
-        await ep.send(region[size:size + len(AFTER)])
-        c = await reply
-        return run, answer, bytes(buffer[2 * size:2 * size + c.byte_len])
 
 
 @pytest.mark.parametrize("size", [64, MTU, MTU + 1, 64 << 10, 1 << 20])
@@ -189,7 +55,7 @@ def test_initiator_against_the_engine(size: int) -> None:
     # ACK timeouts of 4.3 s: only a lost packet (none on loopback) resends, not a stall
     peer = Peer(server_ip, size=size, ack_timeout=20)
     peer.start(peer.answer(n))
-    run, answer, after = asyncio.run(_initiator(peer.address, n, client_ip, size,
+    run, answer, after = asyncio.run(initiator(peer.address, n, client_ip, size,
                                                 ack_timeout=20))
     peer.join()
     assert peer.errors == []
@@ -208,7 +74,7 @@ def test_initiator_against_the_pure_engine_in_another_process() -> None:
     server_ip, client_ip = soft_addresses()
     script = (
         "import sys; sys.path.insert(0, sys.argv[1]);"
-        "from tests.backends.test_soft_pingpong import Peer;"
+        "from tests.pingpong_peer import Peer;"
         "p = Peer(sys.argv[2]); print(p.address, flush=True);"
         "p.start(p.answer(100)); p.join();"
         "print('errors', p.errors, flush=True); sys.exit(1 if p.errors else 0)")
@@ -218,33 +84,12 @@ def test_initiator_against_the_pure_engine_in_another_process() -> None:
     try:
         assert proc.stdout is not None
         address = proc.stdout.readline().strip()
-        run, answer, after = asyncio.run(_initiator(address, 100, client_ip))
+        run, answer, after = asyncio.run(initiator(address, 100, client_ip))
         out, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
     assert proc.returncode == 0, out + err
     assert answer == PONG and after == AFTER_OK and len(run.rtt_ns) == 100
-
-
-async def _answerer(peer_address: str, n: int, client_ip: str, size: int = SIZE,
-                    **options: Any) -> bytes:
-    """This side answers ``n`` pings, the first taken through the engine as the bench
-    server does; then the message after the call. Returns what the last ping held."""
-    async with netio.open("soft", local_addr=client_ip, **options) as ctx:
-        ep = await _connect(ctx, peer_address)
-        buffer = bytearray(size) + bytearray(pong_bytes(size)) + bytearray(b"go")
-        region = ctx.register(buffer)
-        first = ep.recv(region[0:size])
-        await ep.send(region[2 * size:2 * size + 2])
-        await first
-        _call(ctx, ep, buffer, size=size).run(n, initiator=False, answer_first=True)
-        last = bytes(buffer[:size])
-        got = ep.recv(region[0:size])
-        c = await got
-        assert bytes(buffer[:c.byte_len]) == AFTER
-        buffer[size:size + len(AFTER_OK)] = AFTER_OK
-        await ep.send(region[size:size + len(AFTER_OK)])
-        return last
 
 
 @pytest.mark.parametrize("size", [64, MTU + 1, 1 << 20])
@@ -253,7 +98,7 @@ def test_answerer_against_the_engine(size: int) -> None:
     n = 200 if size <= MTU else 30
     peer = Peer(server_ip, size=size)
     peer.start(peer.ping(n))
-    last = asyncio.run(_answerer(peer.address, n, client_ip, size))
+    last = asyncio.run(answerer(peer.address, n, client_ip, size))
     peer.join()
     assert peer.errors == []
     assert last == ping_bytes(size)
@@ -272,7 +117,7 @@ def test_loss_duplication_and_reordering_from_the_peer(seed: int, size: int) -> 
     n = 200 if size <= MTU else 20 if size < 64 * MTU else 4
     peer = Peer(server_ip, size=size, faults=faults, fault_seed=seed, ack_timeout=12)
     peer.start(peer.answer(n))
-    run, answer, after = asyncio.run(_initiator(peer.address, n, client_ip, size,
+    run, answer, after = asyncio.run(initiator(peer.address, n, client_ip, size,
                                                 ack_timeout=12))
     peer.join()
     assert peer.errors == []
@@ -282,7 +127,7 @@ def test_loss_duplication_and_reordering_from_the_peer(seed: int, size: int) -> 
 
     peer = Peer(server_ip, size=size, faults=faults, fault_seed=seed, ack_timeout=12)
     peer.start(peer.ping(n))
-    assert asyncio.run(_answerer(peer.address, n, client_ip, size,
+    assert asyncio.run(answerer(peer.address, n, client_ip, size,
                                  ack_timeout=12)) == ping_bytes(size)
     peer.join()
     assert peer.errors == []
@@ -303,14 +148,14 @@ def test_another_endpoints_message_during_the_call_reaches_the_engine() -> None:
 
     async def main() -> tuple[PingPongRun, bytes]:
         async with netio.open("soft", local_addr=client_ip) as ctx:
-            ep = await _connect(ctx, peer.address)
-            other = await _connect(ctx, peer.address)
+            ep = await connect(ctx, peer.address)
+            other = await connect(ctx, peer.address)
             side = bytearray(64)
             side_got = other.recv(ctx.register(side))
             buffer = bytearray(SIZE) + bytearray(PING) + bytearray(64)
             region = ctx.register(buffer)
             await ep.recv(region[2 * SIZE:3 * SIZE])
-            run = _call(ctx, ep, buffer).run(100, initiator=True)
+            run = call(ctx, ep, buffer).run(100, initiator=True)
             c = await side_got
             buffer[SIZE:SIZE + len(AFTER)] = AFTER
             reply = ep.recv(region[2 * SIZE:3 * SIZE])
@@ -341,11 +186,11 @@ def _late_receiver(peer: Peer, delay_s: float, done: threading.Event) -> Callabl
 
 async def _one_ping(address: str, client_ip: str, **options: Any) -> PingPongRun:
     async with netio.open("soft", local_addr=client_ip, **options) as ctx:
-        ep = await _connect(ctx, address)
+        ep = await connect(ctx, address)
         buffer = bytearray(SIZE) + bytearray(PING) + bytearray(SIZE)
         region = ctx.register(buffer)
         await ep.recv(region[2 * SIZE:3 * SIZE])
-        return _call(ctx, ep, buffer).run(1, initiator=True)
+        return call(ctx, ep, buffer).run(1, initiator=True)
 
 
 def test_rnr_naks_are_retried_after_the_peers_rnr_timer() -> None:
@@ -372,13 +217,13 @@ def test_rnr_retry_exceeded_ends_the_call_with_a_clear_error() -> None:
 
     async def main() -> None:
         async with netio.open("soft", local_addr=client_ip, rnr_retry=0) as ctx:
-            ep = await _connect(ctx, peer.address)
+            ep = await connect(ctx, peer.address)
             buffer = bytearray(3 * SIZE)
             region = ctx.register(buffer)
             await ep.recv(region[2 * SIZE:3 * SIZE])
             with pytest.raises(netio.IoError, match=r"RNR retry count exceeded \(an RNR NAK "
                                                     r".*\) after 0 of 10 round trips"):
-                _call(ctx, ep, buffer).run(10, initiator=True)
+                call(ctx, ep, buffer).run(10, initiator=True)
             # the QP is in the error state, as the engine leaves it
             with pytest.raises(netio.NetioError):
                 await ep.send(region[0:8])
@@ -404,13 +249,13 @@ def test_a_silent_peer_exceeds_the_retry_count() -> None:
     async def main() -> None:
         async with netio.open("soft", local_addr=client_ip, ack_timeout=6,
                               retry_count=2) as ctx:
-            ep = await _connect(ctx, peer.address)
+            ep = await connect(ctx, peer.address)
             buffer = bytearray(3 * SIZE)
             region = ctx.register(buffer)
             await ep.recv(region[2 * SIZE:3 * SIZE])
             peer.ctx.close()  # gone: nothing answers any more
             with pytest.raises(netio.IoError, match=r"retry count exceeded .* after 0 of 5"):
-                _call(ctx, ep, buffer).run(5, initiator=True)
+                call(ctx, ep, buffer).run(5, initiator=True)
 
     try:
         asyncio.run(main())
@@ -433,12 +278,12 @@ def test_an_answer_longer_than_the_buffer_is_refused() -> None:
 
     async def main() -> None:
         async with netio.open("soft", local_addr=client_ip) as ctx:
-            ep = await _connect(ctx, peer.address)
+            ep = await connect(ctx, peer.address)
             buffer = bytearray(3 * SIZE)
             region = ctx.register(buffer)
             await ep.recv(region[2 * SIZE:3 * SIZE])
             with pytest.raises(netio.IoError, match=r"a message of 128 bytes or more is longer"):
-                _call(ctx, ep, buffer).run(1, initiator=True)
+                call(ctx, ep, buffer).run(1, initiator=True)
 
     asyncio.run(main())
     peer.join()
@@ -451,16 +296,16 @@ def test_only_on_the_thread_of_the_contexts_loop() -> None:
 
     async def main() -> None:
         async with netio.open("soft", local_addr=client_ip) as ctx:
-            ep = await _connect(ctx, peer.address)
+            ep = await connect(ctx, peer.address)
             buffer = bytearray(3 * SIZE)
             region = ctx.register(buffer)
             await ep.recv(region[2 * SIZE:3 * SIZE])
-            call = _call(ctx, ep, buffer)
+            the_call = call(ctx, ep, buffer)
             failed: list[BaseException] = []
 
             def elsewhere() -> None:
                 try:
-                    call.run(1, initiator=True)
+                    the_call.run(1, initiator=True)
                 except netio.IoError as exc:
                     failed.append(exc)
 
@@ -468,7 +313,7 @@ def test_only_on_the_thread_of_the_contexts_loop() -> None:
             assert len(failed) == 1 and "thread of the context's event loop" in str(failed[0])
             # work in flight: the engine has it, the call must not take the QP over
             ep.recv(region[0:SIZE])
-            assert not SoftPingPong.usable(call.driver, call.qp)
+            assert not SoftPingPong.usable(the_call.driver, the_call.qp)
             backend = ctx.backend
             assert isinstance(backend, SoftBackend)
             assert backend.pingpong(ep.address.qpn, region[SIZE:2 * SIZE].segment(),

@@ -209,6 +209,42 @@ def test_soft_on_the_host_with_verbs_in_a_guest(lab2: Any, verbs_role: str) -> N
     assert len(re.findall(r"^CHECK ok", guest_out + soft_out, re.M)) == 7
 
 
+@pytest.mark.parametrize(("role", "size"), [("initiator", 3 * 1024 + 5), ("answerer", 64)])
+def test_soft_one_call_pingpong_against_kernel_rxe(lab2: Any, role: str, size: int) -> None:
+    """The soft backend's one-call ping-pong (netio/backends/soft/pingpong.py) on the host
+    against verbs over the kernel's rxe in g0 (tests/pingpong_peer.py, the IO API there):
+    50 round trips, both ends check every byte, then one more exchange through the
+    engine; four packets a message at the lab's 1024-byte MTU, or one."""
+    g0 = lab2.guest("g0")
+    host_ip = lab2.state["host_ip"]
+    port = 18612 if role == "initiator" else 18613
+    guest_role = "answer" if role == "initiator" else "ping"
+    name = f"soft-pingpong-{role}"
+    lab2.run_bg(g0, f"{GUEST_ENV} python3 -m tests.pingpong_peer peer {guest_role} verbs "
+                    f"{g0.ip} {port} {size} 50; echo __EXIT=$?", name)
+    log = ""
+    for _ in range(240):  # a TCG guest takes a while to start Python and listen
+        _rc, raw = lab2.run(g0, f"cat /tmp/{name}.log", timeout=30)
+        log = raw.decode(errors="replace")
+        if "LISTENING" in log or "__EXIT=" in log:
+            break
+        subprocess.run(["sleep", "0.5"], check=False)
+    assert "LISTENING" in log, log
+    done = subprocess.run(["ip", "netns", "exec", lab2.ns, sys.executable, "-m",
+                           "tests.pingpong_peer", "call", role, f"{g0.ip}:{port}", str(size),
+                           "50", host_ip], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    for _ in range(120):
+        _rc, raw = lab2.run(g0, f"cat /tmp/{name}.log", timeout=30)
+        log = raw.decode(errors="replace")
+        if "__EXIT=" in log:
+            break
+        subprocess.run(["sleep", "0.5"], check=False)
+    host = done.stdout + done.stderr
+    assert done.returncode == 0 and "CALL ok" in host, f"host:\n{host}\nguest:\n{log}"
+    assert "PEER ok" in log and "__EXIT=0" in log, f"host:\n{host}\nguest:\n{log}"
+
+
 def test_readme_example_over_verbs_between_guests(lab2: Any) -> None:
     """examples/write_into_numpy.py, unchanged, with --backend verbs: server in g0, client
     in g1; the bytes land in the server's numpy array and the client's WRITE after the
