@@ -385,7 +385,9 @@ enum netio_pp_status {
     NETIO_PP_SOCKET = 4,         /* a socket call failed (err = -errno) */
     NETIO_PP_TOO_LONG = 5,       /* a message longer than the buffer or the MTU (err = bytes) */
     NETIO_PP_MALFORMED = 6,      /* a request shorter than its headers */
-    NETIO_PP_RNR_RETRY_EXCEEDED = 7 /* an RNR NAK with no RNR retry left (nak_aeth) */
+    NETIO_PP_RNR_RETRY_EXCEEDED = 7, /* an RNR NAK with no RNR retry left (nak_aeth) */
+    NETIO_PP_INVALID = 8,        /* no ring, MTU or window, or a message of 2^22 packets+ */
+    NETIO_PP_UNEXPECTED = 9      /* another message in place of the answer (err = opcode) */
 };
 typedef struct {
     int32_t rx_fd;           /* the engine's receive socket (UDP or raw), non-blocking */

@@ -36,8 +36,14 @@
 #define PSN_MASK 0xFFFFFFu
 #define AETH_ACK_NO_CREDITS 0x1F000000u /* syndrome ACK, credit count 31 (invalid) */
 #define AETH_NAK_PSN_SEQUENCE 0x60000000u
+#define AETH_NAK_INVALID_REQUEST 0x61000000u
+#define OP_SEND_LAST_IMM 0x03u
+#define OP_SEND_ONLY_IMM 0x05u
+#define OP_CNP 0x81u /* RoCEv2 congestion notification: the engine drops it too */
+#define MAX_MESSAGE_PKTS (1u << 22) /* keeps PSN distances inside a message far from 2^23 */
 #define FIRST_RESPONSE_OPCODE 0x0Du /* RC READ RESPONSE FIRST .. ATOMIC ACKNOWLEDGE */
 #define LAST_RESPONSE_OPCODE 0x12u
+#define RC_LAST_OPCODE 0x1Fu /* the RC opcodes are 0x00-0x1F (IBTA table 38) */
 #define TX_PKTS 64u /* packets built and sent per sendmmsg (plus one ACK) */
 
 static int64_t mono_ns(void) {
@@ -116,10 +122,10 @@ static int transmit(netio_pingpong *pp, pp_state *st, int requests, uint32_t aet
     b.iovcnt = iovcnt;
     b.max_pkts = TX_PKTS + 1;
     b.max_iov = 3 * TX_PKTS + 2;
-    uint32_t nreq = 0;
+    uint32_t nreq = 0, k = 0, noack0 = st->noack;
     if (requests && st->cur != st->end) {
         int32_t room = (int32_t)pp->window - psn_diff(st->cur, st->una);
-        uint32_t k = (uint32_t)psn_diff(st->cur, st->base) % st->npkts;
+        k = (uint32_t)psn_diff(st->cur, st->base) % st->npkts;
         nreq = st->npkts - k;
         if ((int32_t)nreq > room)
             nreq = room > 0 ? (uint32_t)room : 0;
@@ -173,8 +179,12 @@ static int transmit(netio_pingpong *pp, pp_state *st, int requests, uint32_t aet
             st->sent_hi = st->cur;
     }
     st->tx_blocked = (uint32_t)sent < b.count;
-    if (st->tx_blocked) /* packets past `went` are built again from cur */
-        st->noack = 0;
+    if (went < nreq) { /* the rest is built again from cur: count AckReqs of what went */
+        uint32_t n = noack0;
+        for (uint32_t i = 0; i < went; i++)
+            n = (k + i == st->npkts - 1 || n >= 64u) ? 0 : n + 1;
+        st->noack = n;
+    }
     if (with_ack && (uint32_t)sent == b.count && !aeth_nak)
         pp->ack_owed = 0;
     return 0;
@@ -187,13 +197,16 @@ static void go_back(pp_state *st) {
 }
 
 /* An ACK (or NAK) for PSN psn: retire every PSN before it (and it, for an ACK). */
-static void retire(pp_state *st, uint32_t una) {
+static void retire(netio_pingpong *pp, pp_state *st, uint32_t una) {
+    if (una == st->una)
+        return; /* nothing new acknowledged: the timer and the retry budgets run on */
     st->una = una;
     if (psn_diff(st->cur, una) < 0)
         st->cur = una;
     while ((uint32_t)psn_diff(st->una, st->base) >= st->npkts && st->base != st->end)
         st->base = psn_add(st->base, st->npkts);
-    st->retries = 0;
+    st->retries = 0; /* progress restores both budgets, as the engine's recovery does */
+    st->rnr_left = pp->rnr_retry;
     st->timer_ns = mono_ns();
 }
 
@@ -204,11 +217,13 @@ static int take_ack(netio_pingpong *pp, pp_state *st, const uint8_t *p, uint32_t
     if (psn_diff(psn, st->una) < 0 || psn_diff(psn, st->sent_hi) >= 0)
         return 0; /* for PSNs retired already (or never sent): stale */
     if (kind == 0) {
-        retire(st, psn_add(psn, 1));
+        retire(pp, st, psn_add(psn, 1));
         return 0;
     }
-    retire(st, psn); /* a NAK acknowledges every PSN before its own */
+    retire(pp, st, psn); /* a NAK acknowledges every PSN before its own */
     if (kind == 1) { /* RNR NAK: wait the peer's timer, then resend from psn (9.7.5.2.8) */
+        if (st->resend_ns != 0)
+            return 0; /* paused already: the engine ignores it too */
         pp->rnr_naks++;
         if (st->rnr_left == 0) {
             pp->nak_aeth = aeth;
@@ -229,11 +244,28 @@ static int take_ack(netio_pingpong *pp, pp_state *st, const uint8_t *p, uint32_t
     return fail(pp, NETIO_PP_NAK, 0);
 }
 
+/* Refuse the request at rq_psn as the engine would (NAK invalid request), end the call. */
+static int refuse(netio_pingpong *pp, pp_state *st, uint32_t status, int32_t err) {
+    int rc = transmit(pp, st, 0, AETH_NAK_INVALID_REQUEST);
+    if (rc < 0)
+        return fail(pp, NETIO_PP_SOCKET, rc);
+    return fail(pp, status, err);
+}
+
 static int take_request(netio_pingpong *pp, pp_state *st, const netio_rx_ring *r,
                         uint32_t i, const uint8_t *p, uint32_t n, int want_request) {
     uint32_t op = p[0];
     uint32_t psn = be32(p + 8) & PSN_MASK;
     int32_t d = psn_diff(psn, pp->rq_psn);
+    if (op > OP_SEND_ONLY_IMM) {
+        /* WRITE, READ, atomics (new or duplicate: the engine replays READs and atomics)
+         * are the engine's; the QP's sequence goes on there */
+        if (d >= 0)
+            st->handed_off = 1;
+        defer(pp, r, i);
+        return d == 0 && want_request && !st->got && !st->in_msg
+                   ? fail(pp, NETIO_PP_UNEXPECTED, (int32_t)op) : 0;
+    }
     if (d < 0) { /* a duplicate (an ACK was lost): acknowledge again, do not deliver */
         pp->duplicates++;
         pp->ack_owed = 1;
@@ -256,19 +288,24 @@ static int take_request(netio_pingpong *pp, pp_state *st, const netio_rx_ring *r
         st->handed_off = 1; /* the next message of the QP (say, the bench's control):
                              * the engine takes it and everything after it */
         defer(pp, r, i);
-        return 0;
+        /* in place of the answer this round waits for: it can never come in order now */
+        return want_request && !st->got && !st->in_msg
+                   ? fail(pp, NETIO_PP_UNEXPECTED, (int32_t)op) : 0;
     }
+    if (st->in_msg && op == OP_SEND_LAST_IMM)
+        return fail(pp, NETIO_PP_UNEXPECTED, (int32_t)op); /* valid, but not this loop's */
     if (st->in_msg ? !continues : !starts)
-        return fail(pp, NETIO_PP_MALFORMED, (int32_t)op); /* the engine: invalid request */
+        return refuse(pp, st, NETIO_PP_MALFORMED, (int32_t)op);
     uint32_t pad = (p[1] >> 4) & 3u;
     if (n < 16u + pad)
-        return fail(pp, NETIO_PP_MALFORMED, (int32_t)op);
+        return refuse(pp, st, NETIO_PP_MALFORMED, (int32_t)op);
     uint32_t size = n - 16u - pad;
     int last = op == OP_SEND_LAST || op == OP_SEND_ONLY;
-    if (size > pp->mtu || (!last && (size != pp->mtu || pad != 0)))
-        return fail(pp, NETIO_PP_MALFORMED, (int32_t)op);
+    if (size > pp->mtu || (!last && (size != pp->mtu || pad != 0)) ||
+        (op == OP_SEND_LAST && size == 0)) /* as the engine: a LAST carries a byte at least */
+        return refuse(pp, st, NETIO_PP_MALFORMED, (int32_t)op);
     if (st->rx_off + size > pp->recv_room)
-        return fail(pp, NETIO_PP_TOO_LONG, (int32_t)(st->rx_off + size));
+        return refuse(pp, st, NETIO_PP_TOO_LONG, (int32_t)(st->rx_off + size));
     memcpy(pp->recv_buf + st->rx_off, p + 12, size);
     st->rx_off += size;
     st->nak_sent = 0;
@@ -309,20 +346,21 @@ static int take(netio_pingpong *pp, pp_state *st, uint32_t i, int want_request) 
         defer(pp, r, i); /* the engine counts and drops it */
         return 0;
     }
-    pp->packets_received++;
     uint32_t op = p[0];
-    if (op == OP_ACKNOWLEDGE) {
-        if (n != 20u) {
-            defer(pp, r, i);
-            return 0;
-        }
-        return take_ack(pp, st, p, n);
+    if (op == OP_CNP) {
+        pp->dropped++; /* no congestion control here, as in the engine */
+        return 1;
     }
-    if (op >= FIRST_RESPONSE_OPCODE && op <= LAST_RESPONSE_OPCODE) {
-        defer(pp, r, i); /* a response this loop never asked for */
+    int response = op >= FIRST_RESPONSE_OPCODE && op <= LAST_RESPONSE_OPCODE;
+    if (op > RC_LAST_OPCODE || (response && (op != OP_ACKNOWLEDGE || n != 20u))) {
+        defer(pp, r, i); /* another transport's, a response this loop never asked for, or
+                          * something for the engine to refuse */
         return 0;
     }
-    return take_request(pp, st, r, i, p, n, want_request);
+    pp->packets_received++;
+    int rc = op == OP_ACKNOWLEDGE ? take_ack(pp, st, p, n)
+                                  : take_request(pp, st, r, i, p, n, want_request);
+    return rc < 0 ? rc : 1;
 }
 
 /* Serve the QP until the awaited message arrived whole (want_request) or every
@@ -345,15 +383,17 @@ static int wait_for(netio_pingpong *pp, pp_state *st, int want_request) {
             return fail(pp, NETIO_PP_SOCKET, got);
         now = mono_ns();
         if (got > 0) {
-            heard = now;
             spin_until = now + pp->spin_ns;
             st->ack_now = 0;
             for (uint32_t i = 0; i < r->count; i++) {
-                if (take(pp, st, i, want_request) < 0) {
+                int taken = take(pp, st, i, want_request);
+                if (taken < 0) {
                     for (uint32_t j = i + 1; j < r->count; j++)
                         defer(pp, r, j); /* the engine sees what came after */
                     return -1;
                 }
+                if (taken > 0)
+                    heard = now; /* only the peer's packets keep the call alive */
             }
             if (st->ack_now && pp->ack_owed && (rc = transmit(pp, st, 0, 0)) < 0)
                 return fail(pp, NETIO_PP_SOCKET, rc);
@@ -406,9 +446,12 @@ int netio_pingpong_run(netio_pingpong *pp) {
     pp->status = NETIO_PP_OK;
     pp->err = 0;
     pp->defer_len = pp->defer_count = pp->defer_lost = 0;
-    if (pp->ring == NULL || pp->mtu == 0 || pp->window == 0)
-        return fail(pp, NETIO_PP_TOO_LONG, (int32_t)pp->send_bytes);
-    st.npkts = pp->send_bytes == 0 ? 1u : (uint32_t)((pp->send_bytes + pp->mtu - 1) / pp->mtu);
+    uint64_t npkts = pp->send_bytes == 0 || pp->mtu == 0
+                         ? 1u : ((uint64_t)pp->send_bytes + pp->mtu - 1) / pp->mtu;
+    if (pp->ring == NULL || pp->mtu == 0 || pp->window == 0 || pp->window > MAX_MESSAGE_PKTS
+        || npkts > MAX_MESSAGE_PKTS)
+        return fail(pp, NETIO_PP_INVALID, 0);
+    st.npkts = (uint32_t)npkts;
     st.base = st.una = st.cur = st.sent_hi = st.end = pp->sq_psn;
     st.rnr_left = pp->rnr_retry;
     for (uint32_t k = 0; k < pp->count; k++) {

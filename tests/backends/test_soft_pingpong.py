@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,8 @@ import netio
 from netio.backends.soft.backend import SoftBackend
 from netio.backends.soft.pingpong import PingPongRun, SoftPingPong
 from netio.roce.link import LinkFaults
+from netio.wire.cnp import Cnp, cnp_bth
+from netio.wire.packet import build_roce_udp_payload
 from tests.api.conftest import soft_addresses
 from tests.pingpong_peer import (
     AFTER,
@@ -318,6 +322,146 @@ def test_only_on_the_thread_of_the_contexts_loop() -> None:
             assert isinstance(backend, SoftBackend)
             assert backend.pingpong(ep.address.qpn, region[SIZE:2 * SIZE].segment(),
                                     region[0:SIZE].segment(), 1.0) is None
+
+    asyncio.run(main())
+    peer.join()
+
+
+def _swallower(peer: Peer, done: threading.Event) -> Callable[[netio.Endpoint], None]:
+    """Say ready, take one ping (the engine ACKs it), never answer."""
+    def role(ep: netio.Endpoint) -> None:
+        got = ep.recv(peer.inbox_region[0:256])
+        peer.sent(ep.send(peer.out_region[SIZE:SIZE + 5]).wait(10), "ready")
+        peer.check(got.wait(20), "ping", PING)
+        done.wait(30)
+    return role
+
+
+def _blast(target: tuple[str, int], datagrams: list[bytes | Callable[[int], bytes]],
+           source: str, seconds: float, stop: threading.Event) -> threading.Thread:
+    """Send ``datagrams`` to ``target`` in turn, one a millisecond, from ``source`` (a
+    callable makes its datagram from the source port)."""
+    def run() -> None:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind((source, 0))
+            # DF, IPv4 ID 0: the header a RoCE packet's ICRC assumes (a raw receiver checks)
+            s.setsockopt(socket.IPPROTO_IP, 10, 2)  # IP_MTU_DISCOVER = IP_PMTUDISC_DO
+            end = time.monotonic() + seconds
+            k = 0
+            while time.monotonic() < end and not stop.is_set():
+                data = datagrams[k % len(datagrams)]
+                s.sendto(data(s.getsockname()[1]) if callable(data) else data, target)
+                k += 1
+                time.sleep(0.001)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_traffic_for_others_does_not_keep_a_call_with_a_silent_peer_alive() -> None:
+    """The peer takes the ping and never answers while datagrams for no QP of ours keep
+    arriving on port 4791: the call still ends at its idle timeout."""
+    server_ip, client_ip = soft_addresses()
+    peer = Peer(server_ip, progress="loop")
+    done, stop = threading.Event(), threading.Event()
+    peer.start(_swallower(peer, done))
+
+    async def main() -> float:
+        async with netio.open("soft", local_addr=client_ip) as ctx:
+            ep = await connect(ctx, peer.address)
+            buffer = bytearray(3 * SIZE)
+            buffer[SIZE:2 * SIZE] = PING
+            region = ctx.register(buffer)
+            await ep.recv(region[2 * SIZE:3 * SIZE])
+            junk = _blast((client_ip, 4791), [b"\x00" * 64], server_ip, 10.0, stop)
+            t0 = time.monotonic()
+            try:
+                with pytest.raises(netio.IoError, match=r"nothing from the peer for 1 s "
+                                                        r"after 0 of 1 round trips"):
+                    call(ctx, ep, buffer, timeout_s=1.0).run(1, initiator=True)
+                return time.monotonic() - t0
+            finally:
+                stop.set()
+                junk.join(5)
+
+    try:
+        took_s = asyncio.run(main())
+    finally:
+        done.set()
+        peer.join()
+    assert 1.0 <= took_s < 5.0
+
+
+def test_cnps_during_the_call_are_dropped() -> None:
+    """CNPs (RoCEv2 congestion notifications, PSN 0, for our QP, from the peer's address)
+    arriving throughout a call change nothing: the engine drops them too."""
+    server_ip, client_ip = soft_addresses()
+    peer = Peer(server_ip, size=SIZE, ack_timeout=20)
+    peer.start(peer.answer(300))
+    stop = threading.Event()
+
+    async def main() -> tuple[PingPongRun, bytes]:
+        async with netio.open("soft", local_addr=client_ip, ack_timeout=20) as ctx:
+            ep = await connect(ctx, peer.address)
+            buffer = bytearray(SIZE) + bytearray(PING) + bytearray(64)
+            region = ctx.register(buffer)
+            await ep.recv(region[2 * SIZE:3 * SIZE])
+
+            def cnp(src_port: int) -> bytes:
+                return build_roce_udp_payload(
+                    src_ip=server_ip, dst_ip=client_ip, src_port=src_port,
+                    bth=cnp_bth(ep.address.qpn),
+                    cnp=Cnp())
+
+            blaster = _blast((client_ip, 4791), [cnp], server_ip, 30.0, stop)
+            try:
+                time.sleep(0.01)  # some arrive before the call starts, most during it
+                run = call(ctx, ep, buffer).run(300, initiator=True)
+            finally:
+                stop.set()
+                blaster.join(5)
+            answer = bytes(buffer[:SIZE])
+            buffer[SIZE:SIZE + len(AFTER)] = AFTER
+            reply = ep.recv(region[2 * SIZE:3 * SIZE])
+            await ep.send(region[SIZE:SIZE + len(AFTER)])
+            await reply
+            return run, answer
+
+    run, answer = asyncio.run(main())
+    peer.join()
+    assert peer.errors == []
+    assert answer == PONG and len(run.rtt_ns) == 300 and run.retransmits == 0
+    assert run.dropped > 0  # the CNPs, counted and dropped
+
+
+def test_another_message_in_place_of_the_answer_ends_the_call_at_once() -> None:
+    """The peer answers with a SEND with immediate data, which this loop does not take:
+    the engine gets it, and the call says so at once instead of waiting for an answer
+    that can no longer come in order."""
+    server_ip, client_ip = soft_addresses()
+    peer = Peer(server_ip)
+
+    def imm_answer(ep: netio.Endpoint) -> None:
+        got = ep.recv(peer.inbox_region[0:256])
+        peer.sent(ep.send(peer.out_region[SIZE:SIZE + 5]).wait(10), "ready")
+        peer.check(got.wait(20), "ping", PING)
+        ep.send(peer.out_region[0:SIZE], imm=7)
+
+    peer.start(imm_answer)
+
+    async def main() -> None:
+        async with netio.open("soft", local_addr=client_ip) as ctx:
+            ep = await connect(ctx, peer.address)
+            buffer = bytearray(3 * SIZE)
+            buffer[SIZE:2 * SIZE] = PING
+            region = ctx.register(buffer)
+            await ep.recv(region[2 * SIZE:3 * SIZE])
+            t0 = time.monotonic()
+            with pytest.raises(netio.IoError, match=r"another message \(opcode 0x05\) in "
+                                                    r"place of the answer after 0 of 3"):
+                call(ctx, ep, buffer, timeout_s=30.0).run(3, initiator=True)
+            assert time.monotonic() - t0 < 10
 
     asyncio.run(main())
     peer.join()

@@ -469,7 +469,7 @@ class SoftRoceDriver:
         if self._ring is None or self._link is not None or self._closed or sock is None:
             return None
         self._flush_scheduled = False
-        self._flush(time.monotonic_ns())
+        self._after_input(time.monotonic_ns())  # sends, arms the engine's timer, wakes
         if self._backlog:
             return None  # the socket refused earlier output: the engine's path waits for it
         return sock.fileno(), self._send_socket(src_port, tos).fileno(), self._ring
@@ -477,11 +477,12 @@ class SoftRoceDriver:
     def take_datagrams(self, datagrams: list[tuple[memoryview, int, int]], *, sent: int,
                        received: int) -> None:
         """Hand the engine what a lent-socket call set aside (each datagram as the ring
-        slot held it, with its source IPv4 address and port), in arrival order, and
-        count the datagrams that call sent and received itself."""
+        slot held it, with its source IPv4 address and port), in arrival order, count the
+        datagrams that call sent and received itself, and send what the engine has to
+        send (an ACK the call left owed)."""
         self.stats.datagrams_sent += sent
         self.stats.datagrams_received += received + len(datagrams)
-        if not datagrams or self._closed:
+        if self._closed:
             return
         now_ns = time.monotonic_ns()
         for data, src_ip, src_port in datagrams:

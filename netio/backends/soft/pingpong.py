@@ -47,7 +47,9 @@ _STATUS = {1: "retry count exceeded (no ACK after {retries} local ACK timeouts)"
            5: "a message of {err} bytes or more is longer than the receive buffer",
            6: "a request out of order in its message or of the wrong length (opcode "
               "{err:#04x})",
-           7: "RNR retry count exceeded ({nak})"}
+           7: "RNR retry count exceeded ({nak})",
+           8: "a message of more than 2^22 packets, or no MTU or window",
+           9: "the peer sent another message (opcode {err:#04x}) in place of the answer"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,7 @@ class PingPongRun:
     dropped: int
     rnr_naks: int
     set_aside: int
+    set_aside_lost: int  # did not fit the set-aside buffer (lost, as a full socket drops)
 
 
 def _nak(aeth: int) -> str:
@@ -89,7 +92,9 @@ class SoftPingPong:
         self._keep = (send.mr, recv.mr)  # the addresses stay valid while these live
         send_addr = host_address(send.mr, writable=False)
         recv_addr = host_address(recv.mr, writable=True)
-        if send_addr is None or recv_addr is None:
+        if send_addr is None:
+            raise IoError("soft ping-pong: the send buffer has no host address")
+        if recv_addr is None:
             raise IoError("soft ping-pong: the receive buffer is not writable")
         pp.send_buf = ffi.cast("uint8_t *", send_addr + send.offset)
         pp.send_bytes = send.length
@@ -181,7 +186,7 @@ class SoftPingPong:
         return PingPongRun(tuple(int(rtt[k]) for k in range(done)) if initiator else (),
                            int(pp.packets_sent), int(pp.packets_received),
                            int(pp.retransmits), int(pp.duplicates), int(pp.dropped),
-                           int(pp.rnr_naks), len(aside))
+                           int(pp.rnr_naks), len(aside), int(pp.defer_lost))
 
     def _set_aside(self) -> list[tuple[memoryview, int, int]]:
         pp = self._pp
