@@ -170,16 +170,25 @@ def call(ctx: netio.Context, ep: netio.Endpoint, buffer: bytearray, *,
     return call
 
 
+async def ready(ctx: netio.Context, address: str, size: int = SIZE
+                ) -> tuple[netio.Endpoint, bytearray, netio.Region]:
+    """Connect to the peer and take its "ready": the endpoint, and a buffer laid out as
+    :func:`call` wants it (answers, then the request: the ping pattern, then 64 bytes for
+    messages through the engine) with its region."""
+    ep = await connect(ctx, address)
+    buffer = bytearray(size) + bytearray(ping_bytes(size)) + bytearray(64)
+    region = ctx.register(buffer)
+    await ep.recv(region[2 * size:2 * size + 64])
+    return ep, buffer, region
+
+
 async def initiator(peer_address: str, n: int, client_ip: str, size: int = SIZE,
                      **options: Any) -> tuple[PingPongRun, bytes, bytes]:
     """This side pings ``n`` times in one call, then exchanges a message through the
     engine; (the run, the last answer, the message after)."""
     async with netio.open("soft", local_addr=client_ip, **options) as ctx:
-        ep = await connect(ctx, peer_address)
-        buffer = bytearray(size) + bytearray(ping_bytes(size)) + bytearray(64)
-        region = ctx.register(buffer)
+        ep, buffer, region = await ready(ctx, peer_address, size)
         control = region[2 * size:2 * size + 64]
-        await ep.recv(control)  # the peer is ready
         run = call(ctx, ep, buffer, size=size).run(n, initiator=True)
         answer = bytes(buffer[:size])
         buffer[size:size + len(AFTER)] = AFTER

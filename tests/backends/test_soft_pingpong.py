@@ -44,6 +44,7 @@ from tests.pingpong_peer import (
     initiator,
     ping_bytes,
     pong_bytes,
+    ready,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -190,10 +191,7 @@ def _late_receiver(peer: Peer, delay_s: float, done: threading.Event) -> Callabl
 
 async def _one_ping(address: str, client_ip: str, **options: Any) -> PingPongRun:
     async with netio.open("soft", local_addr=client_ip, **options) as ctx:
-        ep = await connect(ctx, address)
-        buffer = bytearray(SIZE) + bytearray(PING) + bytearray(SIZE)
-        region = ctx.register(buffer)
-        await ep.recv(region[2 * SIZE:3 * SIZE])
+        ep, buffer, _region = await ready(ctx, address)
         return call(ctx, ep, buffer).run(1, initiator=True)
 
 
@@ -221,10 +219,7 @@ def test_rnr_retry_exceeded_ends_the_call_with_a_clear_error() -> None:
 
     async def main() -> None:
         async with netio.open("soft", local_addr=client_ip, rnr_retry=0) as ctx:
-            ep = await connect(ctx, peer.address)
-            buffer = bytearray(3 * SIZE)
-            region = ctx.register(buffer)
-            await ep.recv(region[2 * SIZE:3 * SIZE])
+            ep, buffer, region = await ready(ctx, peer.address)
             with pytest.raises(netio.IoError, match=r"RNR retry count exceeded \(an RNR NAK "
                                                     r".*\) after 0 of 10 round trips"):
                 call(ctx, ep, buffer).run(10, initiator=True)
@@ -253,10 +248,7 @@ def test_a_silent_peer_exceeds_the_retry_count() -> None:
     async def main() -> None:
         async with netio.open("soft", local_addr=client_ip, ack_timeout=6,
                               retry_count=2) as ctx:
-            ep = await connect(ctx, peer.address)
-            buffer = bytearray(3 * SIZE)
-            region = ctx.register(buffer)
-            await ep.recv(region[2 * SIZE:3 * SIZE])
+            ep, buffer, _region = await ready(ctx, peer.address)
             peer.ctx.close()  # gone: nothing answers any more
             with pytest.raises(netio.IoError, match=r"retry count exceeded .* after 0 of 5"):
                 call(ctx, ep, buffer).run(5, initiator=True)
@@ -282,10 +274,7 @@ def test_an_answer_longer_than_the_buffer_is_refused() -> None:
 
     async def main() -> None:
         async with netio.open("soft", local_addr=client_ip) as ctx:
-            ep = await connect(ctx, peer.address)
-            buffer = bytearray(3 * SIZE)
-            region = ctx.register(buffer)
-            await ep.recv(region[2 * SIZE:3 * SIZE])
+            ep, buffer, _region = await ready(ctx, peer.address)
             with pytest.raises(netio.IoError, match=r"a message of 128 bytes or more is longer"):
                 call(ctx, ep, buffer).run(1, initiator=True)
 
@@ -300,10 +289,7 @@ def test_only_on_the_thread_of_the_contexts_loop() -> None:
 
     async def main() -> None:
         async with netio.open("soft", local_addr=client_ip) as ctx:
-            ep = await connect(ctx, peer.address)
-            buffer = bytearray(3 * SIZE)
-            region = ctx.register(buffer)
-            await ep.recv(region[2 * SIZE:3 * SIZE])
+            ep, buffer, region = await ready(ctx, peer.address)
             the_call = call(ctx, ep, buffer)
             failed: list[BaseException] = []
 
@@ -369,11 +355,7 @@ def test_traffic_for_others_does_not_keep_a_call_with_a_silent_peer_alive() -> N
 
     async def main() -> float:
         async with netio.open("soft", local_addr=client_ip) as ctx:
-            ep = await connect(ctx, peer.address)
-            buffer = bytearray(3 * SIZE)
-            buffer[SIZE:2 * SIZE] = PING
-            region = ctx.register(buffer)
-            await ep.recv(region[2 * SIZE:3 * SIZE])
+            ep, buffer, _region = await ready(ctx, peer.address)
             junk = _blast((client_ip, 4791), [b"\x00" * 64], server_ip, 10.0, stop)
             t0 = time.monotonic()
             try:
@@ -403,10 +385,7 @@ def test_cnps_during_the_call_are_dropped() -> None:
 
     async def main() -> tuple[PingPongRun, bytes]:
         async with netio.open("soft", local_addr=client_ip, ack_timeout=20) as ctx:
-            ep = await connect(ctx, peer.address)
-            buffer = bytearray(SIZE) + bytearray(PING) + bytearray(64)
-            region = ctx.register(buffer)
-            await ep.recv(region[2 * SIZE:3 * SIZE])
+            ep, buffer, region = await ready(ctx, peer.address)
 
             def cnp(src_port: int) -> bytes:
                 return build_roce_udp_payload(
@@ -452,11 +431,7 @@ def test_another_message_in_place_of_the_answer_ends_the_call_at_once() -> None:
 
     async def main() -> None:
         async with netio.open("soft", local_addr=client_ip) as ctx:
-            ep = await connect(ctx, peer.address)
-            buffer = bytearray(3 * SIZE)
-            buffer[SIZE:2 * SIZE] = PING
-            region = ctx.register(buffer)
-            await ep.recv(region[2 * SIZE:3 * SIZE])
+            ep, buffer, _region = await ready(ctx, peer.address)
             t0 = time.monotonic()
             with pytest.raises(netio.IoError, match=r"another message \(opcode 0x05\) in "
                                                     r"place of the answer after 0 of 3"):
