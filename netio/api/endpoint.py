@@ -74,6 +74,17 @@ def _locals(local: LocalArg) -> tuple[LocalSlice, ...]:
     return tuple(out)
 
 
+def _checked_segments(local: tuple[LocalSlice, ...], context: object) -> tuple[Segment, ...]:
+    """The backend segments of ``local``, each first checked to be a registered region of
+    ``context`` (the endpoint's)."""
+    for s in local:
+        region = s.region
+        if region.context is not context or not region.registered:
+            raise IoError("a local buffer is not a registered region of this endpoint's "
+                          "context")
+    return tuple([Segment(s.region.backend_region, s.offset, s.length) for s in local])
+
+
 def _length(slices: tuple[LocalSlice, ...]) -> int:
     # one slice is the common case: no generator for it
     return slices[0].length if len(slices) == 1 else sum(s.length for s in slices)
@@ -302,14 +313,7 @@ class Endpoint:
             # every request is checked and built before any is counted or posted
             for op in ops:
                 r = op.request
-                local = r.local
-                for s in local:
-                    region = s.region
-                    if region.context is not context or not region.registered:
-                        raise IoError("a local buffer is not a registered region of this "
-                                      "endpoint's context")
-                segments = tuple([Segment(s.region.backend_region, s.offset, s.length)
-                                  for s in local])
+                segments = _checked_segments(r.local, context)
                 wr_id = next(ids)
                 wr_ids.append(wr_id)
                 if r.opcode is None:
@@ -361,14 +365,7 @@ class Endpoint:
                 raise ClosedError("the endpoint is closed")
             r = op.request
             local = r.local
-            context = self._owner
-            for s in local:
-                region = s.region
-                if region.context is not context or not region.registered:
-                    raise IoError("a local buffer is not a registered region of this "
-                                  "endpoint's context")
-            segments = tuple([Segment(s.region.backend_region, s.offset, s.length)
-                              for s in local])
+            segments = _checked_segments(local, self._owner)
             wr_id = next(self._ids)
             op.regions = (local[0].region,) if len(local) == 1 else tuple(
                 {s.region for s in local})
