@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import netio
-from tests.api.conftest import BACKENDS, open_pair_contexts, soft_addresses
+from tests.api.conftest import BACKENDS, Pair, open_pair_contexts, run, soft_addresses
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -317,3 +317,34 @@ def test_soft_rx_mode_takes_its_names_and_refuses_others() -> None:
         assert driver.rx_mode.value == "udp"
     with pytest.raises(netio.IoError, match="rx_mode 'fast' is not one of auto, raw, udp"):
         netio.open("soft", rx_mode="fast")
+
+
+def test_a_buffer_not_registered_with_the_endpoints_context_is_refused() -> None:
+    """A region of another context, or one deregistered, is refused before anything is
+    posted, in the single-operation methods and in a batch alike (one line; the batch's
+    other requests are not posted either)."""
+    message = "a local buffer is not a registered region of this endpoint's context"
+
+    async def scenario(pair: Pair) -> None:
+        other = netio.open("tcp")
+        try:
+            foreign = other.register(bytearray(16))
+            gone = pair.client.register(bytearray(16))
+            gone.deregister()
+            data = bytearray(b"after refusals!!")
+            mine = pair.client.register(data)
+            for bad in (foreign, gone):
+                with pytest.raises(netio.IoError, match=message):
+                    await pair.ep.send(bad)
+                with pytest.raises(netio.IoError, match=message):
+                    await pair.ep.post([netio.WorkRequest.send(mine),
+                                        netio.WorkRequest.send(bad)])
+            # nothing of the refused batches went: the peer's one receive gets this SEND
+            inbox = bytearray(16)
+            got = pair.peer.recv(pair.server.register(inbox))
+            await pair.ep.send(mine)
+            assert (await got).byte_len == 16 and bytes(inbox) == bytes(data)
+        finally:
+            await other.aclose()
+
+    run("tcp", scenario)
