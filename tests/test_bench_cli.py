@@ -94,16 +94,20 @@ def test_soft_send_lat_sweep_in_one_call_per_side(rx_mode: str) -> None:
         server.wait()
 
 
-def test_profile_is_valid_for_the_models(tmp_path: Path) -> None:
-    server = _server("tcp", "127.0.0.1:18622")
+@pytest.mark.parametrize(("backend", "server_ip", "client_ip"), [
+    ("tcp", "127.0.0.1", None), ("soft", "127.0.5.21", "127.0.5.22")])
+def test_profile_is_valid_for_the_models(tmp_path: Path, backend: str, server_ip: str,
+                                         client_ip: str | None) -> None:
+    server = _server(backend, f"{server_ip}:18622")
     out_file = tmp_path / "link.json"
+    extra = ["--local-addr", client_ip] if client_ip else []
     try:
-        out = _client("--backend", "tcp", "-n", "8", "--profile", str(out_file),
-                      "127.0.0.1:18622", timeout_s=300)
+        out = _client("--backend", backend, "-n", "8", "--profile", str(out_file), *extra,
+                      f"{server_ip}:18622", timeout_s=300)
         assert out.returncode == 0, out.stderr
         assert "profile: alpha" in out.stdout
         profile = load_fabric_profile(out_file)  # the strict loader netio-model uses
-        assert profile.backend == "tcp"
+        assert profile.backend == backend
         assert [p.message_bytes for p in profile.points] == list(SWEEP_SIZES_BYTES)
         assert profile.fit.alpha_s >= 0 and profile.fit.beta_s_per_byte > 0
         assert all(0 < e.efficiency <= 1 for e in profile.efficiency)
