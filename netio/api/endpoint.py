@@ -85,6 +85,23 @@ def _checked_segments(local: tuple[LocalSlice, ...], context: object) -> tuple[S
     return tuple([Segment(s.region.backend_region, s.offset, s.length) for s in local])
 
 
+def _send_request(wr_id: int, r: WorkRequest, segments: tuple[Segment, ...]) -> SendRequest:
+    """The backend's request for the send-side work request ``r``."""
+    remote = r.remote
+    assert r.opcode is not None  # a send side: receives have none
+    return SendRequest(wr_id, r.opcode, segments, remote.addr if remote else 0,
+                       remote.remote.rkey if remote else 0, r.imm_data, r.compare_add, r.swap,
+                       r.signaled, r.inline, r.dest)
+
+
+def _refuse(future: asyncio.Future[Any] | None, exc: BaseException) -> None:
+    """Fail ``future`` (if still pending) with the error that refused its post."""
+    if future is not None and not future.done():
+        future.set_exception(exc)
+        if isinstance(exc, ClosedError):
+            future.exception()  # refused after close (shutdown): not news
+
+
 def _length(slices: tuple[LocalSlice, ...]) -> int:
     # one slice is the common case: no generator for it
     return slices[0].length if len(slices) == 1 else sum(s.length for s in slices)
@@ -319,11 +336,7 @@ class Endpoint:
                 if r.opcode is None:
                     recvs.append(RecvRequest(wr_id, segments))
                     continue
-                remote = r.remote
-                sends.append(SendRequest(
-                    wr_id, r.opcode, segments, remote.addr if remote else 0,
-                    remote.remote.rkey if remote else 0, r.imm_data, r.compare_add, r.swap,
-                    r.signaled, r.inline, r.dest))
+                sends.append(_send_request(wr_id, r, segments))
             table = self._ops
             for wr_id, op in zip(wr_ids, ops, strict=True):
                 local = op.request.local
@@ -347,12 +360,8 @@ class Endpoint:
                 raise
         except Exception as exc:
             for op in ops:
-                target = op.future if op.future is not None else (
-                    op.batch.future if op.batch else None)
-                if target is not None and not target.done():
-                    target.set_exception(exc)
-                    if isinstance(exc, ClosedError):
-                        target.exception()  # refused after close (shutdown): not news
+                _refuse(op.future if op.future is not None else (
+                    op.batch.future if op.batch else None), exc)
             return
         self.progress()
 
@@ -377,11 +386,7 @@ class Endpoint:
                 if opcode is None:
                     self._qp.post_recv((RecvRequest(wr_id, segments),))
                 else:
-                    remote = r.remote
-                    request = SendRequest(
-                        wr_id, opcode, segments, remote.addr if remote else 0,
-                        remote.remote.rkey if remote else 0, r.imm_data, r.compare_add,
-                        r.swap, r.signaled, r.inline, r.dest)
+                    request = _send_request(wr_id, r, segments)
                     self._send_order.append(wr_id)
                     self._qp.post_send((request,))
             except Exception:
@@ -390,11 +395,7 @@ class Endpoint:
                     self._send_order.remove(wr_id)
                 raise
         except Exception as exc:
-            future = op.future
-            if future is not None and not future.done():
-                future.set_exception(exc)
-                if isinstance(exc, ClosedError):
-                    future.exception()  # refused after close (shutdown): not news
+            _refuse(op.future, exc)
             return
         self.progress()
 
